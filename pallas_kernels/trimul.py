@@ -1,0 +1,174 @@
+"""TriMul in Pallas (Triton lowering): the same three kernels as triton_kernels/trimul.py.
+
+1. `_layer_norm_project_kernel`: per tile of `rows` pairs (b, i, k), LayerNorm over dim in
+   fp32 (two passes over x), then left and right (projection * mask * sigmoid(gate)) or
+   sigmoid(out_gate): program 3t+g does group g of tile t, so a tile's three programs share
+   x through L2. Each writes a [hidden, rows] fp16 tile into `gated` [3*B*hidden, N*N],
+   channel-major, so that the contraction reads row-major matrices.
+2. `_triangle_kernel`: per (b, h), product = left @ right^T, tile_i x tile_j tiles,
+   tile_k steps, fp32 accumulation, fp16 out.
+3. `_out_norm_project_kernel`: per tile of `rows` pairs (b, i, j), LayerNorm over hidden of the
+   product ([hidden, rows] tile), times the out gate, then the output projection, fp32 out.
+The refs are whole arrays (no BlockSpecs): each kernel slices them with pl.ds at offsets it
+computes from its program id, as the Triton kernels do with pointers. On a machine without a
+GPU the kernels run in Pallas interpret mode, whose fresh outputs start as NaN.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, validate
+
+
+def _dot_nt(a, b):
+    """a @ b^T with fp32 accumulation."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _dot_tn(a, b):
+    """a^T @ b with fp32 accumulation."""
+    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _project(x_ref, row0, mean, rstd, norm_weight_ref, norm_bias_ref, proj_weight_ref, first, *,
+             dim, hidden, rows, tile_dim, gated):
+    """[hidden, rows] = W @ LayerNorm(x)^T; with `gated`, times sigmoid(W_next @ LayerNorm(x)^T)."""
+
+    def step(d, carry):
+        value, gate = carry
+        d0 = pl.multiple_of(d * tile_dim, tile_dim)
+        x = x_ref[pl.ds(row0, rows), pl.ds(d0, tile_dim)]
+        gamma = norm_weight_ref[pl.ds(d0, tile_dim)]
+        beta = norm_bias_ref[pl.ds(d0, tile_dim)]
+        xn = ((x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]).astype(jnp.float16)
+        value += _dot_nt(proj_weight_ref[pl.ds(first, hidden), pl.ds(d0, tile_dim)], xn)
+        if gated:
+            gate += _dot_nt(proj_weight_ref[pl.ds(first + hidden, hidden), pl.ds(d0, tile_dim)], xn)
+        return value, gate
+
+    zeros = jnp.zeros((hidden, rows), jnp.float32)
+    value, gate = jax.lax.fori_loop(0, dim // tile_dim, step, (zeros, zeros))
+    return value * jax.nn.sigmoid(gate) if gated else jax.nn.sigmoid(value)
+
+
+def _layer_norm_project_kernel(x_ref, mask_ref, norm_weight_ref, norm_bias_ref, proj_weight_ref,
+                               gated_ref, *, batch, pairs_per_batch, dim, hidden, rows, tile_dim):
+    pid = pl.program_id(0)
+    group = pid % 3  # 0 left, 1 right, 2 out gate
+    row0 = (pid // 3) * rows
+
+    def row_sum(term):
+        def step(d, total):
+            x = x_ref[pl.ds(row0, rows), pl.ds(pl.multiple_of(d * tile_dim, tile_dim), tile_dim)]
+            return total + jnp.sum(term(x), axis=1)
+
+        return jax.lax.fori_loop(0, dim // tile_dim, step, jnp.zeros((rows,), jnp.float32))
+
+    mean = row_sum(lambda x: x) / dim
+    rstd = 1.0 / jnp.sqrt(row_sum(lambda x: (x - mean[:, None]) ** 2) / dim + LAYER_NORM_EPS)
+    project = functools.partial(_project, x_ref, row0, mean, rstd, norm_weight_ref, norm_bias_ref,
+                                proj_weight_ref, 2 * group * hidden, dim=dim, hidden=hidden,
+                                rows=rows, tile_dim=tile_dim)
+    b = row0 // pairs_per_batch
+    dest = (pl.ds((group * batch + b) * hidden, hidden), pl.ds(row0 - b * pairs_per_batch, rows))
+
+    @pl.when(group < 2)
+    def _():
+        mask = mask_ref[pl.ds(row0, rows)].astype(jnp.float32)
+        gated_ref[dest] = (project(gated=True) * mask[None, :]).astype(jnp.float16)
+
+    @pl.when(group == 2)
+    def _():
+        gated_ref[dest] = project(gated=False).astype(jnp.float16)
+
+
+def _triangle_kernel(gated_ref, product_ref, *, batch_hidden, seq, tile_i, tile_j, tile_k):
+    """gated_ref [3*B*hidden*N, N], product_ref [B*hidden*N, N]: row (bh*N + i) holds [bh, i, :]."""
+    tile = pl.program_id(0)
+    bh = pl.program_id(1)
+    i0 = bh * seq + (tile // (seq // tile_j)) * tile_i
+    j0 = (batch_hidden + bh) * seq + (tile % (seq // tile_j)) * tile_j
+
+    def step(k, acc):
+        k0 = pl.multiple_of(k * tile_k, tile_k)
+        left = gated_ref[pl.ds(i0, tile_i), pl.ds(k0, tile_k)]
+        right = gated_ref[pl.ds(j0, tile_j), pl.ds(k0, tile_k)]
+        return acc + _dot_nt(left, right)
+
+    acc = jax.lax.fori_loop(0, seq // tile_k, step, jnp.zeros((tile_i, tile_j), jnp.float32))
+    product_ref[pl.ds(i0, tile_i), pl.ds((tile % (seq // tile_j)) * tile_j, tile_j)] = acc.astype(jnp.float16)
+
+
+def _out_norm_project_kernel(product_ref, gated_ref, out_norm_weight_ref, out_norm_bias_ref,
+                             out_weight_t_ref, out_ref, *, batch_hidden, pairs_per_batch, dim, hidden,
+                             rows, tile_out):
+    row0 = pl.program_id(0) * rows
+    b = row0 // pairs_per_batch
+    cols = pl.ds(row0 - b * pairs_per_batch, rows)
+    product = product_ref[pl.ds(b * hidden, hidden), cols].astype(jnp.float32)  # [hidden, rows]
+    mean = jnp.sum(product, axis=0) / hidden
+    centred = product - mean[None, :]
+    rstd = 1.0 / jnp.sqrt(jnp.sum(centred * centred, axis=0) / hidden + LAYER_NORM_EPS)
+    gamma = out_norm_weight_ref[...]
+    beta = out_norm_bias_ref[...]
+    out_gate = gated_ref[pl.ds(2 * batch_hidden + b * hidden, hidden), cols].astype(jnp.float32)
+    normed = ((centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * out_gate).astype(jnp.float16)
+
+    def step(d, carry):
+        d0 = pl.multiple_of(d * tile_out, tile_out)
+        out_ref[pl.ds(row0, rows), pl.ds(d0, tile_out)] = _dot_tn(normed, out_weight_t_ref[:, pl.ds(d0, tile_out)])
+        return carry
+
+    jax.lax.fori_loop(0, dim // tile_out, step, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("hidden", "interpret"))
+def _trimul(x, mask, weights, *, hidden, interpret):
+    batch, seq, _, dim = x.shape
+    tiles = kernel_tiling(batch, seq, dim, hidden)
+    pairs = batch * seq * seq
+    proj_weight = jnp.concatenate([weights[f"{name}.weight"] for name in PROJECTIONS]).astype(jnp.float16)
+    out_weight_t = weights["to_out.weight"].T.astype(jnp.float16)
+
+    def params(warps):
+        return pltriton.CompilerParams(num_warps=warps, num_stages=tiles.stages)
+
+    gated = pl.pallas_call(
+        functools.partial(_layer_norm_project_kernel, batch=batch, pairs_per_batch=seq * seq, dim=dim,
+                          hidden=hidden, rows=tiles.rows, tile_dim=tiles.tile_dim),
+        out_shape=jax.ShapeDtypeStruct((3 * batch * hidden, seq * seq), jnp.float16),
+        grid=(3 * pairs // tiles.rows,), compiler_params=params(tiles.project_warps), interpret=interpret,
+        name="trimul_layer_norm_project",
+    )(x.reshape(pairs, dim), mask.reshape(pairs), weights["norm.weight"], weights["norm.bias"], proj_weight)
+    product = pl.pallas_call(
+        functools.partial(_triangle_kernel, batch_hidden=batch * hidden, seq=seq, tile_i=tiles.tile_i,
+                          tile_j=tiles.tile_j, tile_k=tiles.tile_k),
+        out_shape=jax.ShapeDtypeStruct((batch * hidden * seq, seq), jnp.float16),
+        grid=((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
+        compiler_params=params(tiles.contract_warps), interpret=interpret, name="trimul_triangle",
+    )(gated.reshape(3 * batch * hidden * seq, seq))
+    out = pl.pallas_call(
+        functools.partial(_out_norm_project_kernel, batch_hidden=batch * hidden, pairs_per_batch=seq * seq,
+                          dim=dim, hidden=hidden, rows=tiles.rows, tile_out=tiles.tile_out),
+        out_shape=jax.ShapeDtypeStruct((pairs, dim), jnp.float32),
+        grid=(pairs // tiles.rows,), compiler_params=params(tiles.output_warps), interpret=interpret,
+        name="trimul_out_norm_project",
+    )(product.reshape(batch * hidden, seq * seq), gated, weights["to_out_norm.weight"],
+      weights["to_out_norm.bias"], out_weight_t)
+    return out.reshape(batch, seq, seq, dim)
+
+
+def trimul(data):
+    """TriMul forward for `(x, mask, weights, config)` as JAX arrays; returns [B, N, N, dim] float32.
+
+    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere.
+    """
+    validate(data)
+    x, mask, weights, config = data
+    kernel_tiling(x.shape[0], x.shape[1], x.shape[3], config["hidden_dim"])  # unsupported sizes fail here
+    return _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")

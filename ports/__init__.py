@@ -1,0 +1,143 @@
+"""The one interface: workloads, their implementations, and the bridge between frameworks.
+
+A workload (one module per workload in this package) is data plus a few functions:
+cases, make_inputs, reference, check, cost, validate. An implementation is a function
+registered against a workload with its framework (torch | jax) and language
+(triton | pallas | library); it is imported only when used, so listing what exists
+needs neither Triton nor JAX.
+
+Inputs are always made as torch tensors (the GPU MODE form). A JAX implementation gets
+them through DLPack, zero-copy on the GPU, before any timing starts.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+WORKLOAD_MODULES = {
+    "trimul": "ports.trimul",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A verdict with named error figures (max_abs, max_rel, ...) and why it failed."""
+
+    passed: bool
+    errors: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    framework: str  # "torch" | "jax"
+    language: str  # "triton" | "pallas" | "library"
+    label: str
+    target: str  # "package.module:function", imported on first use
+
+    def load(self) -> Callable:
+        module_name, function_name = self.target.split(":")
+        return getattr(importlib.import_module(module_name), function_name)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    cases: dict[str, list[dict]]
+    make_inputs: Callable[[dict, int, Any], Any]  # (case, seed, device) -> inputs
+    reference: Callable[[Any], Any]  # inputs -> float64 answer
+    check: Callable[[Any, Any, Any], Check]  # (inputs, output, reference) -> Check
+    cost: Callable[[dict], tuple[float, float]]  # case -> (flops, minimum bytes)
+    case_name: Callable[[dict], str]
+    implementations: tuple[Implementation, ...]
+
+    def implementation(self, name: str) -> Implementation:
+        for impl in self.implementations:
+            if impl.name == name:
+                return impl
+        valid = ", ".join(i.name for i in self.implementations)
+        raise KeyError(f"unknown implementation {name!r} for {self.name}; valid: {valid}")
+
+
+def get_workload(name: str) -> Workload:
+    if name not in WORKLOAD_MODULES:
+        raise KeyError(f"unknown workload {name!r}; valid: {', '.join(WORKLOAD_MODULES)}")
+    return importlib.import_module(WORKLOAD_MODULES[name]).WORKLOAD
+
+
+def to_framework(framework: str, inputs):
+    """Hand torch inputs to a framework: unchanged for torch, DLPack views for JAX.
+
+    JAX runs with 64-bit types off, so 64-bit integer tensors (GPU MODE's 0/1 mask) are
+    narrowed to int32 on the torch side first; values are unchanged.
+    """
+    if framework == "torch":
+        return inputs
+    import jax
+    import torch
+
+    def convert(value):
+        if isinstance(value, torch.Tensor):
+            if value.dtype == torch.int64:
+                value = value.to(torch.int32)
+            return jax.dlpack.from_dlpack(value.contiguous())
+        if isinstance(value, dict):
+            return {k: convert(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(convert(v) for v in value)
+        return value
+
+    return convert(inputs)
+
+
+def to_torch(output):
+    """A framework's output as a torch tensor (DLPack for JAX arrays, no copy on the GPU)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    return torch.from_dlpack(output)
+
+
+def custom_kernel(workload: str, implementation: str) -> Callable:
+    """The GPU MODE entry point for any registered implementation.
+
+    `custom_kernel("trimul", "pallas")((x, mask, weights, config))` takes torch tensors and
+    returns a torch tensor, converting to and from JAX by DLPack for JAX implementations.
+    """
+    impl = get_workload(workload).implementation(implementation)
+    function = impl.load()
+
+    def run(data):
+        return to_torch(function(to_framework(impl.framework, data)))
+
+    run.__name__ = f"{workload}_{implementation}"
+    return run
+
+
+def allclose_check(output, expected, rtol: float, atol: float) -> Check:
+    """Elementwise |out - ref| <= atol + rtol |ref| in float64; NaN, Inf and wrong shapes fail."""
+    import torch
+
+    if not isinstance(output, torch.Tensor):
+        return Check(False, reason=f"output is {type(output).__name__}, not a tensor")
+    if tuple(output.shape) != tuple(expected.shape):
+        return Check(False, reason=f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
+    out = output.detach().to(device=expected.device, dtype=torch.float64)
+    nonfinite = int((~torch.isfinite(out)).sum())
+    diff = (out - expected).abs()
+    diff = torch.where(torch.isfinite(out), diff, torch.full_like(diff, float("inf")))
+    bad = int((diff > atol + rtol * expected.abs()).sum())
+    errors = {
+        "max_abs": float(diff.max()),
+        "max_rel": float((diff / expected.abs().clamp_min(atol)).max()),
+        "rel_fro": float(torch.linalg.vector_norm(out.nan_to_num() - expected) / torch.linalg.vector_norm(expected)),
+        "mismatched": bad,
+    }
+    if nonfinite:
+        return Check(False, errors, f"{nonfinite} non-finite elements")
+    if bad:
+        return Check(False, errors, f"{bad} of {expected.numel()} elements outside rtol={rtol} atol={atol}")
+    return Check(True, errors)

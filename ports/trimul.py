@@ -1,0 +1,322 @@
+"""TriMul: AlphaFold3's outgoing triangle multiplicative update, forward only (GPU MODE's problem).
+
+Inputs, as GPU MODE passes them: `(x, mask, weights, config)` with
+  x [B, N, N, dim] float32; mask [B, N, N] (1 keep, 0 drop; float or integer);
+  weights: norm.weight, norm.bias [dim]; left_proj, right_proj, left_gate, right_gate,
+  out_gate [hidden, dim]; to_out_norm.weight, to_out_norm.bias [hidden]; to_out [dim, hidden];
+  config: {"dim": dim, "hidden_dim": hidden}.
+Output: [B, N, N, dim] float32.
+
+  x = LayerNorm(x)
+  left  = (x Wl^T)  * mask * sigmoid(x Wlg^T)
+  right = (x Wr^T)  * mask * sigmoid(x Wrg^T)
+  out[b,i,j,h] = sum_k left[b,i,k,h] * right[b,j,k,h]
+  result = (LayerNorm_hidden(out) * sigmoid(x Wog^T)) Wo^T
+
+The cases are GPU MODE's (18 test, 7 bench) plus `smoke` cases small enough for the CPU
+interpreters. Correct means every element within rtol = atol = 2e-2 of a float64 reference.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ports import Check, Implementation, Workload, allclose_check
+
+LAYER_NORM_EPS = 1e-5
+TOLERANCE = 2e-2  # GPU MODE's rtol = atol
+PROJECTIONS = ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate")
+
+
+def _case(seqlen, bs, dim, seed, nomask, distribution, hiddendim=128):
+    return dict(seqlen=seqlen, bs=bs, dim=dim, hiddendim=hiddendim, seed=seed, nomask=nomask,
+                distribution=distribution)
+
+
+# Transcribed from GPU MODE's trimul task definition (the `tests` and `benchmarks` lists).
+TEST_CASES = [
+    _case(32, 1, 128, 9371, True, "normal"),
+    _case(32, 1, 128, 1092, False, "normal"),
+    _case(64, 2, 256, 2291, True, "normal"),
+    _case(64, 2, 256, 210284, False, "normal"),
+    _case(128, 1, 768, 81934, True, "normal"),
+    _case(256, 1, 128, 1932, True, "normal"),
+    _case(256, 1, 128, 10432, False, "normal"),
+    _case(768, 2, 128, 731, True, "normal"),
+    _case(1024, 1, 384, 53121, False, "normal"),
+    _case(1024, 1, 768, 31, True, "normal"),
+    _case(1024, 1, 768, 4921, False, "normal"),
+    _case(32, 1, 128, 937321, True, "cauchy"),
+    _case(64, 2, 256, 2291, True, "cauchy"),
+    _case(128, 1, 768, 8134, True, "cauchy"),
+    _case(256, 1, 128, 932, True, "cauchy"),
+    _case(768, 2, 128, 31, True, "cauchy"),
+    _case(1024, 1, 384, 5321, False, "cauchy"),
+    _case(1024, 1, 768, 491, False, "cauchy"),
+]
+BENCH_CASES = [
+    _case(256, 2, 128, 9371, True, "normal"),
+    _case(768, 1, 128, 381, True, "cauchy"),
+    _case(256, 2, 384, 2301, False, "normal"),
+    _case(512, 1, 128, 12819, True, "normal"),
+    _case(1024, 1, 128, 381, True, "cauchy"),
+    _case(768, 1, 384, 481, False, "normal"),
+    _case(1024, 1, 384, 23291, True, "normal"),
+]
+# Small enough for the Triton interpreter and Pallas interpret mode on a CPU (seconds each);
+# every family: masked and unmasked, normal and Cauchy, batch 1 and 2, hidden 32 and 128.
+SMOKE_CASES = [
+    _case(16, 1, 32, 11, True, "normal", hiddendim=32),
+    _case(16, 2, 64, 12, False, "normal", hiddendim=32),
+    _case(32, 1, 32, 13, False, "cauchy", hiddendim=32),
+    _case(16, 1, 64, 14, True, "cauchy", hiddendim=128),
+]
+
+
+def case_name(case: dict) -> str:
+    mask = "nomask" if case["nomask"] else "mask"
+    return f"n{case['seqlen']}-b{case['bs']}-d{case['dim']}-h{case['hiddendim']}-{case['distribution']}-{mask}"
+
+
+def make_inputs(case: dict, seed: int, device="cpu"):
+    """GPU MODE's input distribution, drawn from a seeded generator on `device`.
+
+    Cauchy(0, 2) is drawn by inverse CDF from the same generator (GPU MODE's own sampler uses
+    the global RNG, so it is not reproducible from the seed).
+    """
+    batch, seq, dim, hidden = case["bs"], case["seqlen"], case["dim"], case["hiddendim"]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(shape, device=device, dtype=torch.float32, generator=gen)
+
+    if case["distribution"] == "cauchy":
+        uniform = torch.rand((batch, seq, seq, dim), device=device, dtype=torch.float64, generator=gen)
+        x = (2.0 * torch.tan(math.pi * (uniform - 0.5))).to(torch.float32)
+    elif case["distribution"] == "normal":
+        x = randn(batch, seq, seq, dim)
+    else:
+        raise ValueError(f"case distribution must be 'normal' or 'cauchy', got {case['distribution']!r}")
+    if case["nomask"]:
+        mask = torch.ones((batch, seq, seq), device=device, dtype=torch.float32)
+    else:
+        mask = torch.randint(0, 2, (batch, seq, seq), device=device, generator=gen)
+    weights = {"norm.weight": randn(dim), "norm.bias": randn(dim)}
+    for name in PROJECTIONS:
+        weights[f"{name}.weight"] = randn(hidden, dim) / math.sqrt(hidden)
+    weights["to_out_norm.weight"] = randn(hidden)
+    weights["to_out_norm.bias"] = randn(hidden)
+    weights["to_out.weight"] = randn(dim, hidden) / math.sqrt(dim)
+    return x, mask, weights, {"dim": dim, "hidden_dim": hidden}
+
+
+def _dtype_name(value) -> str:
+    return str(value.dtype).replace("torch.", "")
+
+
+def validate(data) -> None:
+    """Raise a ValueError or TypeError naming the argument when `data` is not a TriMul input.
+
+    Works on torch tensors and JAX arrays alike (only .shape and .dtype are read).
+    """
+    if not isinstance(data, (tuple, list)) or len(data) != 4:
+        raise TypeError("trimul input must be a tuple (x, mask, weights, config)")
+    x, mask, weights, config = data
+    if len(x.shape) != 4 or x.shape[1] != x.shape[2]:
+        raise ValueError(f"x must have shape [B, N, N, dim], got {tuple(x.shape)}")
+    if _dtype_name(x) != "float32":
+        raise TypeError(f"x must be float32, got {_dtype_name(x)}")
+    batch, seq, _, dim = x.shape
+    if tuple(mask.shape) != (batch, seq, seq):
+        raise ValueError(f"mask must have shape {(batch, seq, seq)} to match x, got {tuple(mask.shape)}")
+    if _dtype_name(mask) == "bool" or "complex" in _dtype_name(mask):
+        raise TypeError(f"mask must be a real float or integer tensor of 0/1, got {_dtype_name(mask)}")
+    if not isinstance(config, dict) or "hidden_dim" not in config:
+        raise TypeError("config must be a dict with 'hidden_dim' (and 'dim')")
+    hidden = config["hidden_dim"]
+    if config.get("dim", dim) != dim:
+        raise ValueError(f"config['dim'] = {config['dim']} but x has dim {dim}")
+    expected = {"norm.weight": (dim,), "norm.bias": (dim,), "to_out_norm.weight": (hidden,),
+                "to_out_norm.bias": (hidden,), "to_out.weight": (dim, hidden)}
+    expected.update({f"{name}.weight": (hidden, dim) for name in PROJECTIONS})
+    for name, shape in expected.items():
+        if name not in weights:
+            raise ValueError(f"weights[{name!r}] is missing")
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}")
+        if _dtype_name(weights[name]) != "float32":
+            raise TypeError(f"weights[{name!r}] must be float32, got {_dtype_name(weights[name])}")
+
+
+def _forward_torch(x, mask, weights, hidden: int):
+    """The module's forward pass in whatever dtype the tensors have (GPU MODE's reference)."""
+    w = weights
+    x = F.layer_norm(x, (x.shape[-1],), w["norm.weight"], w["norm.bias"], LAYER_NORM_EPS)
+    mask = mask.to(x.dtype).unsqueeze(-1)
+    left = (x @ w["left_proj.weight"].T) * mask * torch.sigmoid(x @ w["left_gate.weight"].T)
+    right = (x @ w["right_proj.weight"].T) * mask * torch.sigmoid(x @ w["right_gate.weight"].T)
+    out = torch.einsum("bikh,bjkh->bijh", left, right)
+    out = F.layer_norm(out, (hidden,), w["to_out_norm.weight"], w["to_out_norm.bias"], LAYER_NORM_EPS)
+    out = out * torch.sigmoid(x @ w["out_gate.weight"].T)
+    return out @ w["to_out.weight"].T
+
+
+def reference(data):
+    """The answer in float64, on the inputs' device."""
+    x, mask, weights, config = data
+    as64 = {k: v.to(torch.float64) for k, v in weights.items()}
+    return _forward_torch(x.to(torch.float64), mask, as64, config["hidden_dim"])
+
+
+def check(data, output, expected) -> Check:
+    return allclose_check(output, expected, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def cost(case: dict) -> tuple[float, float]:
+    """(flops, minimum bytes): five projections, the triangle contraction, the output projection;
+    bytes for x, mask, weights read once and the output written once."""
+    batch, seq, dim, hidden = case["bs"], case["seqlen"], case["dim"], case["hiddendim"]
+    pairs = batch * seq * seq
+    flops = 2 * pairs * dim * 5 * hidden + 2 * batch * hidden * seq**3 + 2 * pairs * hidden * dim
+    mask_bytes = 4 if case["nomask"] else 8  # GPU MODE: float32 ones, or int64 0/1
+    weight_bytes = 4 * (6 * hidden * dim + 2 * dim + 2 * hidden)
+    return float(flops), float(pairs * dim * 4 * 2 + pairs * mask_bytes + weight_bytes)
+
+
+def trimul_torch_fp32(data):
+    """The GPU MODE reference: torch eager, float32, TF32 off."""
+    x, mask, weights, config = data
+    validate(data)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return _forward_torch(x, mask, weights, config["hidden_dim"])
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+_compiled_forward = None
+
+
+def trimul_torch_compile(data):
+    """torch.compile of the float32 reference (TF32 off); compiled once per shape by torch."""
+    global _compiled_forward
+    if _compiled_forward is None:
+        _compiled_forward = torch.compile(_forward_torch, dynamic=False)
+    x, mask, weights, config = data
+    validate(data)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return _compiled_forward(x, mask, weights, config["hidden_dim"])
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _forward_jax(x, mask, weights, hidden: int):
+    import jax
+    import jax.numpy as jnp
+
+    def layer_norm(v, gamma, beta):
+        mean = v.mean(-1, keepdims=True)
+        var = ((v - mean) ** 2).mean(-1, keepdims=True)
+        return (v - mean) * jax.lax.rsqrt(var + LAYER_NORM_EPS) * gamma + beta
+
+    def linear(v, name):
+        return jnp.matmul(v, weights[f"{name}.weight"].T, precision=jax.lax.Precision.HIGHEST)
+
+    x = layer_norm(x, weights["norm.weight"], weights["norm.bias"])
+    mask = mask.astype(x.dtype)[..., None]
+    left = linear(x, "left_proj") * mask * jax.nn.sigmoid(linear(x, "left_gate"))
+    right = linear(x, "right_proj") * mask * jax.nn.sigmoid(linear(x, "right_gate"))
+    out = jnp.einsum("bikh,bjkh->bijh", left, right, precision=jax.lax.Precision.HIGHEST)
+    out = layer_norm(out, weights["to_out_norm.weight"], weights["to_out_norm.bias"])
+    out = out * jax.nn.sigmoid(linear(x, "out_gate"))
+    return linear(out, "to_out")
+
+
+_jitted_forward = None
+
+
+def trimul_jax_xla(data):
+    """jax.jit of the same float32 computation (XLA, precision HIGHEST: no TF32)."""
+    global _jitted_forward
+    if _jitted_forward is None:
+        import jax
+
+        _jitted_forward = jax.jit(_forward_jax, static_argnames="hidden")
+    x, mask, weights, config = data
+    validate(data)
+    return _jitted_forward(x, mask, weights, hidden=config["hidden_dim"])
+
+
+WORKLOAD = Workload(
+    name="trimul",
+    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},
+    make_inputs=make_inputs,
+    reference=reference,
+    check=check,
+    cost=cost,
+    case_name=case_name,
+    implementations=(
+        Implementation("triton", "torch", "triton", "Triton port (fp16 tensor cores, fp32 accumulate)",
+                       "triton_kernels.trimul:trimul"),
+        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering, fp16 tensor cores)",
+                       "pallas_kernels.trimul:trimul"),
+        Implementation("torch_fp32", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
+                       "ports.trimul:trimul_torch_fp32"),
+        Implementation("torch_compile", "torch", "library", "torch.compile of the fp32 reference",
+                       "ports.trimul:trimul_torch_compile"),
+        Implementation("jax_xla", "jax", "library", "jax.jit fp32 (XLA), precision HIGHEST",
+                       "ports.trimul:trimul_jax_xla"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TriMulTiling:
+    """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
+
+    rows: pairs (b, i, k) per program in the two per-pair kernels; tile_dim: the chunk of dim
+    reduced per step in the projections; tile_out: the chunk of dim written per step of the
+    output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles.
+    """
+
+    rows: int
+    tile_dim: int
+    tile_out: int
+    tile_i: int
+    tile_j: int
+    tile_k: int
+    project_warps: int = 8
+    contract_warps: int = 8
+    output_warps: int = 4
+    stages: int = 3
+
+
+def _largest_power_of_two_dividing(n: int, cap: int) -> int:
+    size = cap
+    while n % size:
+        size //= 2
+    return size
+
+
+def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
+    """The ports' tiles for these sizes, or a ValueError naming the size the kernels cannot take."""
+    if seq % 16:
+        raise ValueError(f"the kernel ports need N (x.shape[1]) to be a multiple of 16, got {seq}")
+    if dim % 32:
+        raise ValueError(f"the kernel ports need dim (x.shape[3]) to be a multiple of 32, got {dim}")
+    if hidden not in (16, 32, 64, 128):
+        raise ValueError(f"the kernel ports need hidden_dim in (16, 32, 64, 128), got {hidden}")
+    if batch * seq * seq * max(dim, 3 * hidden) >= 2**31:
+        raise ValueError(f"the kernel ports index with 32-bit offsets: B*N*N*max(dim, 3*hidden) must be "
+                         f"below 2**31, got B={batch} N={seq} dim={dim} hidden={hidden}")
+    contract = _largest_power_of_two_dividing(seq, 128)
+    return TriMulTiling(rows=64, tile_dim=_largest_power_of_two_dividing(dim, 64),
+                        tile_out=_largest_power_of_two_dividing(dim, 128),
+                        tile_i=contract, tile_j=contract, tile_k=min(contract, 64))

@@ -1,0 +1,158 @@
+"""TriMul in Triton: three kernels, fp16 tensor-core products with fp32 accumulation.
+
+The computation is split where a reduction changes axis:
+1. `_layer_norm_project_kernel`: per tile of `rows` consecutive pairs (b, i, k), LayerNorm
+   over dim (statistics in fp32, two passes over x), then the five projections. Program
+   3t+0 and 3t+1 make left and right (projection * mask * sigmoid(gate)) for tile t,
+   3t+2 makes sigmoid(out_gate); the three programs of a tile run side by side, so x comes
+   from DRAM once and from L2 after. Each writes a [hidden, rows] tile, channel-major, into
+   `gated` [3, B*hidden, N*N] fp16: the contraction then reads plain row-major matrices.
+2. `_triangle_kernel`: for each (b, h), product = left @ right^T over k: a batched
+   [N, N] x [N, N]^T matmul, tile_i x tile_j output tiles, tile_k steps, fp16 out.
+3. `_out_norm_project_kernel`: per tile of `rows` pairs (b, i, j), LayerNorm over hidden of
+   the product (read as [hidden, rows], coalesced along j), times the out gate, then the
+   output projection to dim in tile_out chunks, fp32 out.
+fp16 rather than bf16: three more mantissa bits, and every intermediate stays far inside its
+range (LayerNorm bounds the projections' inputs; products are sums of N gated terms).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, validate
+
+
+@triton.jit
+def _project(x_rows, mean, rstd, norm_weight_ptr, norm_bias_ptr, weight_ptr,
+             DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr, TILE_DIM: tl.constexpr,
+             GATED: tl.constexpr):
+    """[HIDDEN, rows] = W @ LayerNorm(x)^T; with GATED, times sigmoid(W_next @ LayerNorm(x)^T)."""
+    cols = tl.arange(0, TILE_DIM)
+    w_rows = weight_ptr + tl.arange(0, HIDDEN)[:, None] * DIM + cols[None, :]
+    value = tl.zeros([HIDDEN, ROWS], tl.float32)
+    gate = tl.zeros([HIDDEN, ROWS], tl.float32)
+    for d0 in range(0, DIM, TILE_DIM):
+        x = tl.load(x_rows + d0 + cols[None, :])
+        gamma = tl.load(norm_weight_ptr + d0 + cols)
+        beta = tl.load(norm_bias_ptr + d0 + cols)
+        xn = ((x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]).to(tl.float16)
+        value += tl.dot(tl.load(w_rows + d0), tl.trans(xn))
+        if GATED:
+            gate += tl.dot(tl.load(w_rows + HIDDEN * DIM + d0), tl.trans(xn))
+    if GATED:
+        return value * tl.sigmoid(gate)
+    return tl.sigmoid(value)
+
+
+@triton.jit
+def _layer_norm_project_kernel(x_ptr, mask_ptr, norm_weight_ptr, norm_bias_ptr, proj_weight_ptr,
+                               gated_ptr, batch, pairs_per_batch, eps,
+                               DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
+                               TILE_DIM: tl.constexpr):
+    pid = tl.program_id(0)
+    group = pid % 3  # 0 left, 1 right, 2 out gate
+    row0 = (pid // 3) * ROWS
+    rows = row0 + tl.arange(0, ROWS)
+    cols = tl.arange(0, TILE_DIM)
+    x_rows = x_ptr + rows[:, None] * DIM
+    total = tl.zeros([ROWS], tl.float32)
+    for d0 in range(0, DIM, TILE_DIM):
+        total += tl.sum(tl.load(x_rows + d0 + cols[None, :]), axis=1)
+    mean = total / DIM
+    squares = tl.zeros([ROWS], tl.float32)
+    for d0 in range(0, DIM, TILE_DIM):
+        centred = tl.load(x_rows + d0 + cols[None, :]) - mean[:, None]
+        squares += tl.sum(centred * centred, axis=1)
+    rstd = 1.0 / tl.sqrt(squares / DIM + eps)
+
+    weight_ptr = proj_weight_ptr + 2 * group * HIDDEN * DIM
+    if group < 2:
+        mask = tl.load(mask_ptr + rows).to(tl.float32)
+        tile = _project(x_rows, mean, rstd, norm_weight_ptr, norm_bias_ptr, weight_ptr,
+                        DIM, HIDDEN, ROWS, TILE_DIM, True) * mask[None, :]
+    else:
+        tile = _project(x_rows, mean, rstd, norm_weight_ptr, norm_bias_ptr, weight_ptr,
+                        DIM, HIDDEN, ROWS, TILE_DIM, False)
+    b = row0 // pairs_per_batch
+    dest = (gated_ptr + ((group * batch + b) * HIDDEN + tl.arange(0, HIDDEN)[:, None]) * pairs_per_batch
+            + (row0 - b * pairs_per_batch) + tl.arange(0, ROWS)[None, :])
+    tl.store(dest, tile.to(tl.float16))
+
+
+@triton.jit
+def _triangle_kernel(gated_ptr, product_ptr, batch_hidden, SEQ: tl.constexpr,
+                     TILE_I: tl.constexpr, TILE_J: tl.constexpr, TILE_K: tl.constexpr):
+    tile = tl.program_id(0)
+    bh = tl.program_id(1)
+    i = (tile // (SEQ // TILE_J)) * TILE_I + tl.arange(0, TILE_I)
+    j = (tile % (SEQ // TILE_J)) * TILE_J + tl.arange(0, TILE_J)
+    k = tl.arange(0, TILE_K)
+    left = gated_ptr + bh * SEQ * SEQ + i[:, None] * SEQ + k[None, :]
+    right = gated_ptr + (batch_hidden + bh) * SEQ * SEQ + j[:, None] * SEQ + k[None, :]
+    acc = tl.zeros([TILE_I, TILE_J], tl.float32)
+    for k0 in range(0, SEQ, TILE_K):
+        acc += tl.dot(tl.load(left + k0), tl.trans(tl.load(right + k0)))
+    dest = product_ptr + bh * SEQ * SEQ + i[:, None] * SEQ + j[None, :]
+    tl.store(dest, acc.to(tl.float16))
+
+
+@triton.jit
+def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_norm_bias_ptr,
+                             out_weight_t_ptr, out_ptr, batch_hidden, pairs_per_batch, eps,
+                             DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
+                             TILE_OUT: tl.constexpr):
+    row0 = tl.program_id(0) * ROWS
+    b = row0 // pairs_per_batch
+    hidden = tl.arange(0, HIDDEN)
+    offsets = ((b * HIDDEN + hidden[:, None]) * pairs_per_batch
+               + (row0 - b * pairs_per_batch) + tl.arange(0, ROWS)[None, :])
+    product = tl.load(product_ptr + offsets).to(tl.float32)  # [HIDDEN, ROWS]
+    mean = tl.sum(product, axis=0) / HIDDEN
+    centred = product - mean[None, :]
+    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / HIDDEN + eps)
+    gamma = tl.load(out_norm_weight_ptr + hidden)
+    beta = tl.load(out_norm_bias_ptr + hidden)
+    out_gate = tl.load(gated_ptr + 2 * batch_hidden * pairs_per_batch + offsets).to(tl.float32)
+    normed = ((centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * out_gate).to(tl.float16)
+    cols = tl.arange(0, TILE_OUT)
+    out_rows = out_ptr + (row0 + tl.arange(0, ROWS))[:, None] * DIM + cols[None, :]
+    for d0 in range(0, DIM, TILE_OUT):
+        w = tl.load(out_weight_t_ptr + hidden[:, None] * DIM + d0 + cols[None, :])  # [HIDDEN, TILE_OUT]
+        tl.store(out_rows + d0, tl.dot(tl.trans(normed), w))
+
+
+def trimul(data, *, poison: bool = False) -> torch.Tensor:
+    """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
+
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows.
+    """
+    validate(data)
+    x, mask, weights, config = data
+    batch, seq, _, dim = x.shape
+    hidden = config["hidden_dim"]
+    tiles = kernel_tiling(batch, seq, dim, hidden)
+    pairs = batch * seq * seq
+    allocate = torch.full if poison else torch.empty
+    fill = (float("nan"),) if poison else ()
+
+    proj_weight = torch.stack([weights[f"{name}.weight"] for name in PROJECTIONS]).to(torch.float16)
+    out_weight_t = weights["to_out.weight"].t().contiguous().to(torch.float16)
+    weights = {name: tensor.contiguous() for name, tensor in weights.items()}
+    gated = allocate((3 * batch * hidden, seq * seq), *fill, device=x.device, dtype=torch.float16)
+    product = allocate((batch * hidden, seq * seq), *fill, device=x.device, dtype=torch.float16)
+    out = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float32)
+
+    _layer_norm_project_kernel[(3 * pairs // tiles.rows,)](
+        x.contiguous(), mask.contiguous(), weights["norm.weight"], weights["norm.bias"], proj_weight,
+        gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.rows,
+        TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
+    _triangle_kernel[((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden)](
+        gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
+        TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
+    _out_norm_project_kernel[(pairs // tiles.rows,)](
+        product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t, out,
+        batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.rows,
+        TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
+    return out.view(batch, seq, seq, dim)
