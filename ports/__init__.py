@@ -52,6 +52,7 @@ class Workload:
     cost: Callable[[dict], tuple[float, float]]  # case -> (flops, minimum bytes)
     case_name: Callable[[dict], str]
     implementations: tuple[Implementation, ...]
+    baseline: str  # the implementation speed-ups are measured against
 
     def implementation(self, name: str) -> Implementation:
         for impl in self.implementations:

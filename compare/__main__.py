@@ -1,0 +1,91 @@
+"""python -m compare WORKLOAD: check every implementation against the float64 reference and time it.
+
+With a GPU: the `test` cases for correctness, then the `bench` cases timed.
+Without one: the `smoke` cases through the Triton interpreter and Pallas interpret mode.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload", help="workload name, e.g. trimul")
+    parser.add_argument("--impl", action="append", default=None,
+                        help="implementation(s) to run, comma-separated or repeated (default: all)")
+    parser.add_argument("--cases", action="append", default=None,
+                        help="case set(s): smoke, test, bench (default: test,bench on a GPU, smoke on CPU)")
+    parser.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
+    parser.add_argument("--plot", type=Path, help="write a PNG chart of time per case per implementation")
+    parser.add_argument("--pool", type=int, default=3, help="distinct input sets per timed case (default 3)")
+    parser.add_argument("--iters", type=int, default=10, help="minimum timed runs per case (default 10)")
+    parser.add_argument("--time", action="store_true",
+                        help="on CPU, time the interpreters too (meaningless as speed; exercises the timed path)")
+    parser.add_argument("--list", action="store_true", help="list implementations and case sets, then exit")
+    return parser.parse_args(argv)
+
+
+def _split(values):
+    return [v for value in values for v in value.split(",") if v] if values else None
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
+
+    from ports import WORKLOAD_MODULES, get_workload
+
+    if args.workload not in WORKLOAD_MODULES:
+        print(f"unknown workload {args.workload!r}; valid: {', '.join(WORKLOAD_MODULES)}", file=sys.stderr)
+        return 2
+    workload = get_workload(args.workload)
+    valid_impls = [impl.name for impl in workload.implementations]
+    if args.list:
+        for impl in workload.implementations:
+            print(f"{impl.name:15} {impl.framework:6} {impl.language:8} {impl.label}")
+        for name, cases in workload.cases.items():
+            print(f"cases {name}: {len(cases)}")
+        return 0
+    impls = _split(args.impl) or valid_impls
+    unknown = [name for name in impls if name not in valid_impls]
+    if unknown:
+        print(f"unknown implementation(s) {', '.join(unknown)}; valid: {', '.join(valid_impls)}", file=sys.stderr)
+        return 2
+    case_sets = _split(args.cases) or (["test", "bench"] if on_gpu else ["smoke"])
+    unknown = [name for name in case_sets if name not in workload.cases]
+    if unknown:
+        print(f"unknown case set(s) {', '.join(unknown)}; valid: {', '.join(workload.cases)}", file=sys.stderr)
+        return 2
+    if args.pool < 2 or args.iters < 1:
+        print("--pool must be at least 2 and --iters at least 1", file=sys.stderr)
+        return 2
+
+    from compare.driver import Settings, run
+    from compare.report import plot, print_table
+
+    if not on_gpu:
+        print("no CUDA GPU: running the kernels through the Triton interpreter and Pallas interpret mode;"
+              " any times shown are interpreter times, not GPU timings", file=sys.stderr)
+    settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
+                        timed=on_gpu or args.time)
+    record = run(workload, impls, case_sets, args.json, settings)
+    print_table(record)
+    if args.plot:
+        plot(record, args.plot)
+        print(f"chart written to {args.plot}", file=sys.stderr)
+    if args.json:
+        print(f"results written to {args.json}", file=sys.stderr)
+    return 0 if all(r["status"] == "pass" for r in record["results"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Run every selected implementation of a workload over its cases: check, time, record.
+
+Honest timing, the same for torch and JAX implementations:
+- a pool of distinct seeded input sets per case; the first call (compile included, reported
+  apart) and a warm-up call use different sets, and timed iterations rotate through the pool,
+  so an implementation that returns an earlier call's answer fails its checks;
+- every timed output is checked against that input's float64 reference, outside the timing;
+- before each timed call the L2 is flushed (a 256 MiB write) and the device synchronised;
+  the time is the host clock from there to a device-wide synchronisation after the call
+  (CUDA events would miss work on XLA's own streams);
+- medians with the interquartile range and the number of runs.
+Every result is appended to the JSON file as soon as it is measured, and an implementation
+that raises, returns NaN or the wrong shape is recorded as failed while the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ports import Implementation, Workload, to_framework, to_torch
+
+# Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
+CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
+L2_FLUSH_BYTES = 256 * 2**20
+POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
+
+
+@dataclass
+class Settings:
+    pool: int = 3  # distinct input sets per timed case
+    min_iters: int = 10
+    max_iters: int = 50
+    min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
+    timed: bool = True
+
+
+@dataclass
+class Recorder:
+    """Holds the run's record and rewrites the JSON file after every addition."""
+
+    path: Path | None
+    record: dict = field(default_factory=dict)
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.record, indent=1, default=float))
+        os.replace(tmp, self.path)
+
+
+def device_info():
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        ceiling = next((c for key, c in CEILINGS.items() if key in name), None)
+        return {"device": name, "mode": "gpu", "ceilings": ceiling}
+    return {"device": platform.processor() or platform.machine(), "mode": "interpreter", "ceilings": None}
+
+
+def versions():
+    found = {"python": platform.python_version()}
+    for module in ("torch", "triton", "jax", "jaxlib", "numpy"):
+        try:
+            found[module] = __import__(module).__version__
+        except Exception:  # noqa: BLE001 - a missing framework is reported, not fatal
+            found[module] = None
+    return found
+
+
+class Synchroniser:
+    """Flushes L2 and waits for all device work, for torch and JAX outputs alike."""
+
+    def __init__(self, on_gpu: bool):
+        import torch
+
+        self.on_gpu = on_gpu
+        self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if on_gpu else None
+
+    def wait(self, output=None):
+        import torch
+
+        if output is not None and hasattr(output, "block_until_ready"):
+            output.block_until_ready()
+        if self.on_gpu:
+            torch.cuda.synchronize()
+
+    def flush(self):
+        if self.on_gpu:
+            self.flush_buffer.zero_()
+        self.wait()
+
+
+def _error_text(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
+            settings: Settings):
+    """One implementation on one case. Returns (result dict, first output as torch or None)."""
+    result = {"impl": impl.name, "framework": impl.framework, "language": impl.language}
+    try:
+        function = impl.load()
+        native = [to_framework(impl.framework, inputs) for inputs in pool]
+        sync.wait()
+        start = time.perf_counter()
+        first = function(native[0])
+        sync.wait(first)
+        result["first_call_s"] = time.perf_counter() - start
+        first = to_torch(first)
+        verdict = workload.check(pool[0], first, references[0])
+        result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors)
+        if not verdict.passed or not settings.timed:
+            return result, first
+        sync.wait(function(native[1 % len(pool)]))  # warm-up on another input set
+        times, failures = [], []
+        begun = time.perf_counter()
+        while len(times) < settings.max_iters and (
+                len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds):
+            member = (len(times) + 2) % len(pool)
+            sync.flush()
+            start = time.perf_counter()
+            output = function(native[member])
+            sync.wait(output)
+            times.append(time.perf_counter() - start)
+            timed_verdict = workload.check(pool[member], to_torch(output), references[member])
+            if not timed_verdict.passed:
+                failures.append(f"timed run {len(times)} (input set {member}): {timed_verdict.reason}")
+            del output
+        quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+        result.update(times_ms=[t * 1e3 for t in times], median_ms=statistics.median(times) * 1e3,
+                      iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(times),
+                      timed_checks=f"{len(times) - len(failures)}/{len(times)} passed")
+        if failures:
+            result.update(status="fail", reason=f"{len(failures)} timed outputs wrong; first: {failures[0]}")
+        return result, first
+    except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
+        result.update(status="error", reason=_error_text(error), traceback=traceback.format_exc(limit=8))
+        return result, None
+
+
+def max_difference(a, b) -> float:
+    import torch
+
+    if a is None or b is None or a.shape != b.shape:
+        return math.nan
+    return float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max())
+
+
+def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,
+        settings: Settings | None = None, progress=None) -> dict:
+    """Check (and, where settings.timed, time) each implementation on each case of the sets."""
+    import torch
+
+    settings = settings or Settings()
+    progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    info = device_info()
+    on_gpu = info["mode"] == "gpu"
+    device = "cuda" if on_gpu else "cpu"
+    recorder = Recorder(json_path, {
+        "workload": workload.name, **info, "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "settings": vars(settings), "timing": "host clock between device-wide synchronisations, L2 flushed",
+        "results": [], "cross": []})
+    recorder.save()
+    impls = [workload.implementation(name) for name in impl_names]
+    sync = Synchroniser(on_gpu)
+    jobs = [(case_set, case) for case_set in case_sets for case in workload.cases[case_set]]
+    done = 0
+    for case_set, case in jobs:
+        name = workload.case_name(case)
+        timed = settings.timed and (case_set == "bench" or not on_gpu)
+        case_settings = Settings(**{**vars(settings), "timed": timed})
+        pool_size = settings.pool if timed else 1
+        pool = [workload.make_inputs(case, case["seed"] + p * POOL_SEED_STRIDE, device) for p in range(pool_size)]
+        references = [workload.reference(inputs) for inputs in pool]
+        flops, min_bytes = workload.cost(case)
+        ported = {}
+        for impl in impls:
+            done += 1
+            result, first = measure(workload, impl, case, pool, references, sync, case_settings)
+            result.update(case_set=case_set, case=name, params=case, flops=flops, min_bytes=min_bytes)
+            if "median_ms" in result:
+                seconds = result["median_ms"] / 1e3
+                result.update(tflops=flops / seconds / 1e12, tbps=min_bytes / seconds / 1e12)
+                if info["ceilings"]:
+                    floor = max(flops / info["ceilings"]["flops"], min_bytes / info["ceilings"]["bytes"])
+                    result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
+            recorder.record["results"].append(result)
+            recorder.save()
+            if impl.language in ("triton", "pallas") and first is not None:
+                ported.setdefault(impl.language, (impl.name, first))
+            timing = f" {result['median_ms']:.3f} ms" if "median_ms" in result else ""
+            progress(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: {result['status']}"
+                     f"{timing}{' - ' + result['reason'] if result.get('reason') else ''}")
+            del first
+        if "triton" in ported and "pallas" in ported:
+            (a_name, a), (b_name, b) = ported["triton"], ported["pallas"]
+            recorder.record["cross"].append({"case_set": case_set, "case": name, "pair": [a_name, b_name],
+                                             "max_abs_diff": max_difference(a, b)})
+            recorder.save()
+        del pool, references, ported
+        if on_gpu:
+            torch.cuda.empty_cache()
+    recorder.record["summary"] = summarise(recorder.record, workload.baseline)
+    recorder.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    recorder.save()
+    return recorder.record
+
+
+def summarise(record: dict, baseline: str) -> dict:
+    """Speed-ups against the baseline per case, and per implementation the geometric mean of
+    median times over each case set where every case passed and was timed."""
+    medians = {}
+    for result in record["results"]:
+        medians[(result["case_set"], result["case"], result["impl"])] = result.get("median_ms")
+    for result in record["results"]:
+        base = medians.get((result["case_set"], result["case"], baseline))
+        if result.get("median_ms") and base:
+            result["speedup"] = base / result["median_ms"]
+    summary = {}
+    for (case_set, impl) in {(r["case_set"], r["impl"]) for r in record["results"]}:
+        rows = [r for r in record["results"] if r["case_set"] == case_set and r["impl"] == impl]
+        complete = all(r["status"] == "pass" and r.get("median_ms") for r in rows)
+        entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows)}
+        if complete:
+            entry["geomean_ms"] = math.exp(statistics.fmean(math.log(r["median_ms"]) for r in rows))
+            entry["geomean_first_call_s"] = math.exp(statistics.fmean(math.log(r["first_call_s"]) for r in rows))
+        summary.setdefault(case_set, {})[impl] = entry
+    return summary

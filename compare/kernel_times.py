@@ -1,0 +1,70 @@
+"""Where the time goes: per-kernel GPU time of implementations on one case, from torch.profiler.
+
+    python -m compare.kernel_times trimul --case bench:6 --impl triton,pallas
+
+The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdown is the
+same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
+on one input set; the table gives each kernel's mean time per call.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+
+
+def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
+    """Mean device time per call (ms) of each kernel the function launches."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def call():
+        out = function(native_inputs)
+        if hasattr(out, "block_until_ready"):
+            out.block_until_ready()
+        torch.cuda.synchronize()
+
+    call()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            call()
+    totals = defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.device_time / 1e3 / runs
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compare.kernel_times", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload")
+    parser.add_argument("--case", default="bench:0", help="SET:INDEX, e.g. bench:6 (default bench:0)")
+    parser.add_argument("--impl", default="triton,pallas", help="comma-separated implementations")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import torch
+
+    from ports import get_workload, to_framework
+
+    if not torch.cuda.is_available():
+        print("kernel_times needs a CUDA GPU", file=sys.stderr)
+        return 2
+    workload = get_workload(args.workload)
+    case_set, index = args.case.split(":")
+    case = workload.cases[case_set][int(index)]
+    inputs = workload.make_inputs(case, case["seed"], "cuda")
+    print(f"{args.workload} {workload.case_name(case)}: mean GPU time per call, {args.runs} calls")
+    for name in args.impl.split(","):
+        impl = workload.implementation(name)
+        times = kernel_times(impl.load(), to_framework(impl.framework, inputs), args.runs)
+        print(f"{name}: {sum(times.values()):.3f} ms in kernels")
+        for kernel, ms in times.items():
+            print(f"  {ms:9.3f} ms  {kernel[:100]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The driver's table (rich) and chart (matplotlib) from a run's record."""
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _number(value, digits=3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if abs(value) >= 1000 or (value != 0 and abs(value) < 10 ** -digits):
+        return f"{value:.2e}"
+    return f"{value:.{digits}f}"
+
+
+def print_table(record: dict, console: Console | None = None) -> None:
+    console = console or Console(width=None if Console().is_terminal else 220)
+    interpreted = record["mode"] != "gpu"
+    cross = {(c["case_set"], c["case"]): c["max_abs_diff"] for c in record["cross"]}
+    title = f"{record['workload']} on {record['device']}"
+    if interpreted:
+        title += " - CPU interpreters: times are NOT GPU timings"
+    table = Table(title=title, header_style="bold")
+    for column in ("set", "case", "impl", "verdict", "max abs", "max rel", "median ms", "IQR ms", "runs",
+                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|triton-pallas|"):
+        table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict") else "right")
+    for r in record["results"]:
+        errors = r.get("errors", {})
+        verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]"}[r["status"]]
+        diff = cross.get((r["case_set"], r["case"])) if r["language"] in ("triton", "pallas") else None
+        table.add_row(r["case_set"], r["case"], r["impl"], verdict, _number(errors.get("max_abs")),
+                      _number(errors.get("max_rel")), _number(r.get("median_ms")), _number(r.get("iqr_ms")),
+                      str(r.get("runs", "-")), _number(r.get("tflops"), 1), _number(r.get("tbps"), 2),
+                      _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
+                      _number(r.get("first_call_s"), 2), _number(diff))
+    console.print(table)
+    failures = [r for r in record["results"] if r["status"] != "pass"]
+    for r in failures:
+        console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
+    summary = Table(title="geometric means per case set (over cases that all passed and were timed)")
+    for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):
+        summary.add_column(column)
+    for case_set, impls in record.get("summary", {}).items():
+        for impl, entry in impls.items():
+            summary.add_row(case_set, impl, f"{entry['passed']}/{entry['cases']}", _number(entry.get("geomean_ms")),
+                            _number(entry.get("geomean_first_call_s"), 2))
+    console.print(summary)
+
+
+def plot(record: dict, path) -> None:
+    """Grouped bars: median time per case per implementation, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in record["results"] if r.get("median_ms")]
+    cases = list(dict.fromkeys(f"{r['case_set']}:{r['case']}" for r in timed))
+    impls = list(dict.fromkeys(r["impl"] for r in timed))
+    width = 0.8 / max(len(impls), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cases) + 2), 4.5))
+    for n, impl in enumerate(impls):
+        xs, ys = [], []
+        for r in timed:
+            if r["impl"] == impl:
+                xs.append(cases.index(f"{r['case_set']}:{r['case']}") + n * width)
+                ys.append(r["median_ms"])
+        ax.bar(xs, ys, width, label=impl)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))], [c.split(":", 1)[1] for c in cases],
+                  rotation=30, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time, ms (log)")
+    note = " (CPU interpreters, not GPU timings)" if record["mode"] != "gpu" else ""
+    ax.set_title(f"{record['workload']} on {record['device']}{note}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
