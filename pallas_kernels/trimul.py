@@ -1,13 +1,14 @@
-"""TriMul in Pallas (Triton lowering): the same three kernels as triton_kernels/trimul.py.
+"""TriMul in Pallas (Triton lowering): the same four kernels as triton_kernels/trimul.py.
 
-1. `_layer_norm_project_kernel`: per tile of `rows` pairs (b, i, k), LayerNorm over dim in
-   fp32 (two passes over x), then left and right (projection * mask * sigmoid(gate)) or
+1. `_layer_norm_kernel`: per tile of `rows` pairs (b, i, k), LayerNorm over dim (fp32
+   statistics in one pass over x), written as fp16 `normed` [B*N*N, dim].
+2. `_gated_project_kernel`: left and right (projection * mask * sigmoid(gate)) or
    sigmoid(out_gate): program 3t+g does group g of tile t, so a tile's three programs share
-   x through L2. Each writes a [hidden, rows] fp16 tile into `gated` [3*B*hidden, N*N],
+   `normed` through L2. Each writes a [hidden, rows] fp16 tile into `gated` [3*B*hidden, N*N],
    channel-major, so that the contraction reads row-major matrices.
-2. `_triangle_kernel`: per (b, h), product = left @ right^T, tile_i x tile_j tiles,
+3. `_triangle_kernel`: per (b, h), product = left @ right^T, tile_i x tile_j tiles,
    tile_k steps, fp32 accumulation, fp16 out.
-3. `_out_norm_project_kernel`: per tile of `rows` pairs (b, i, j), LayerNorm over hidden of the
+4. `_out_norm_project_kernel`: per tile of `rows` pairs (b, i, j), LayerNorm over hidden of the
    product ([hidden, rows] tile), times the out gate, then the output projection, fp32 out.
 The refs are whole arrays (no BlockSpecs): each kernel slices them with pl.ds at offsets it
 computes from its program id, as the Triton kernels do with pointers. On a machine without a
@@ -35,17 +36,49 @@ def _dot_tn(a, b):
     return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
 
-def _project(x_ref, row0, mean, rstd, norm_weight_ref, norm_bias_ref, proj_weight_ref, first, *,
-             dim, hidden, rows, tile_dim, gated):
-    """[hidden, rows] = W @ LayerNorm(x)^T; with `gated`, times sigmoid(W_next @ LayerNorm(x)^T)."""
+def _row_statistics(x_ref, row0, *, dim, rows, tile_dim):
+    """Mean and 1/std of each row in one pass over x: per-chunk mean and centred sum of
+    squares, merged as Chan et al. do, so no large sums of squares cancel."""
 
     def step(d, carry):
-        value, gate = carry
+        mean, m2 = carry
+        d0 = pl.multiple_of(d * tile_dim, tile_dim)
+        x = x_ref[pl.ds(row0, rows), pl.ds(d0, tile_dim)]
+        chunk_mean = jnp.sum(x, axis=1) / tile_dim
+        centred = x - chunk_mean[:, None]
+        delta = chunk_mean - mean
+        seen = (d0 + tile_dim).astype(jnp.float32)
+        return (mean + delta * (tile_dim / seen),
+                m2 + jnp.sum(centred * centred, axis=1) + delta * delta * (d0 * tile_dim / seen))
+
+    zeros = jnp.zeros((rows,), jnp.float32)
+    mean, m2 = jax.lax.fori_loop(0, dim // tile_dim, step, (zeros, zeros))
+    return mean, 1.0 / jnp.sqrt(m2 / dim + LAYER_NORM_EPS)
+
+
+def _layer_norm_kernel(x_ref, norm_weight_ref, norm_bias_ref, normed_ref, *, dim, rows, tile_dim):
+    row0 = pl.program_id(0) * rows
+    mean, rstd = _row_statistics(x_ref, row0, dim=dim, rows=rows, tile_dim=tile_dim)
+
+    def step(d, carry):
         d0 = pl.multiple_of(d * tile_dim, tile_dim)
         x = x_ref[pl.ds(row0, rows), pl.ds(d0, tile_dim)]
         gamma = norm_weight_ref[pl.ds(d0, tile_dim)]
         beta = norm_bias_ref[pl.ds(d0, tile_dim)]
-        xn = ((x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]).astype(jnp.float16)
+        xn = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+        normed_ref[pl.ds(row0, rows), pl.ds(d0, tile_dim)] = xn.astype(jnp.float16)
+        return carry
+
+    jax.lax.fori_loop(0, dim // tile_dim, step, 0)
+
+
+def _project(normed_ref, row0, proj_weight_ref, first, *, dim, hidden, rows, tile_dim, gated):
+    """[hidden, rows] = W @ xn^T; with `gated`, times sigmoid(W_next @ xn^T)."""
+
+    def step(d, carry):
+        value, gate = carry
+        d0 = pl.multiple_of(d * tile_dim, tile_dim)
+        xn = normed_ref[pl.ds(row0, rows), pl.ds(d0, tile_dim)]
         value += _dot_nt(proj_weight_ref[pl.ds(first, hidden), pl.ds(d0, tile_dim)], xn)
         if gated:
             gate += _dot_nt(proj_weight_ref[pl.ds(first + hidden, hidden), pl.ds(d0, tile_dim)], xn)
@@ -56,24 +89,13 @@ def _project(x_ref, row0, mean, rstd, norm_weight_ref, norm_bias_ref, proj_weigh
     return value * jax.nn.sigmoid(gate) if gated else jax.nn.sigmoid(value)
 
 
-def _layer_norm_project_kernel(x_ref, mask_ref, norm_weight_ref, norm_bias_ref, proj_weight_ref,
-                               gated_ref, *, batch, pairs_per_batch, dim, hidden, rows, tile_dim):
+def _gated_project_kernel(normed_ref, mask_ref, proj_weight_ref, gated_ref, *, batch, pairs_per_batch, dim,
+                          hidden, rows, tile_dim):
     pid = pl.program_id(0)
     group = pid % 3  # 0 left, 1 right, 2 out gate
     row0 = (pid // 3) * rows
-
-    def row_sum(term):
-        def step(d, total):
-            x = x_ref[pl.ds(row0, rows), pl.ds(pl.multiple_of(d * tile_dim, tile_dim), tile_dim)]
-            return total + jnp.sum(term(x), axis=1)
-
-        return jax.lax.fori_loop(0, dim // tile_dim, step, jnp.zeros((rows,), jnp.float32))
-
-    mean = row_sum(lambda x: x) / dim
-    rstd = 1.0 / jnp.sqrt(row_sum(lambda x: (x - mean[:, None]) ** 2) / dim + LAYER_NORM_EPS)
-    project = functools.partial(_project, x_ref, row0, mean, rstd, norm_weight_ref, norm_bias_ref,
-                                proj_weight_ref, 2 * group * hidden, dim=dim, hidden=hidden,
-                                rows=rows, tile_dim=tile_dim)
+    project = functools.partial(_project, normed_ref, row0, proj_weight_ref, 2 * group * hidden, dim=dim,
+                                hidden=hidden, rows=rows, tile_dim=tile_dim)
     b = row0 // pairs_per_batch
     dest = (pl.ds((group * batch + b) * hidden, hidden), pl.ds(row0 - b * pairs_per_batch, rows))
 
@@ -138,13 +160,19 @@ def _trimul(x, mask, weights, *, hidden, interpret):
     def params(warps):
         return pltriton.CompilerParams(num_warps=warps, num_stages=tiles.stages)
 
+    normed = pl.pallas_call(
+        functools.partial(_layer_norm_kernel, dim=dim, rows=tiles.rows, tile_dim=tiles.tile_dim),
+        out_shape=jax.ShapeDtypeStruct((pairs, dim), jnp.float16),
+        grid=(pairs // tiles.rows,), compiler_params=params(tiles.norm_warps), interpret=interpret,
+        name="trimul_layer_norm",
+    )(x.reshape(pairs, dim), weights["norm.weight"], weights["norm.bias"])
     gated = pl.pallas_call(
-        functools.partial(_layer_norm_project_kernel, batch=batch, pairs_per_batch=seq * seq, dim=dim,
+        functools.partial(_gated_project_kernel, batch=batch, pairs_per_batch=seq * seq, dim=dim,
                           hidden=hidden, rows=tiles.rows, tile_dim=tiles.tile_dim),
         out_shape=jax.ShapeDtypeStruct((3 * batch * hidden, seq * seq), jnp.float16),
         grid=(3 * pairs // tiles.rows,), compiler_params=params(tiles.project_warps), interpret=interpret,
-        name="trimul_layer_norm_project",
-    )(x.reshape(pairs, dim), mask.reshape(pairs), weights["norm.weight"], weights["norm.bias"], proj_weight)
+        name="trimul_gated_project",
+    )(normed, mask.reshape(pairs), proj_weight)
     product = pl.pallas_call(
         functools.partial(_triangle_kernel, batch_hidden=batch * hidden, seq=seq, tile_i=tiles.tile_i,
                           tile_j=tiles.tile_j, tile_k=tiles.tile_k),

@@ -284,7 +284,7 @@ WORKLOAD = Workload(
 class TriMulTiling:
     """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
 
-    rows: pairs (b, i, k) per program in the two per-pair kernels; tile_dim: the chunk of dim
+    rows: pairs (b, i, k) per program in the per-pair kernels; tile_dim: the chunk of dim
     reduced per step in the projections; tile_out: the chunk of dim written per step of the
     output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles.
     """
@@ -295,9 +295,10 @@ class TriMulTiling:
     tile_i: int
     tile_j: int
     tile_k: int
+    norm_warps: int = 4
     project_warps: int = 8
     contract_warps: int = 8
-    output_warps: int = 4
+    output_warps: int = 8
     stages: int = 3
 
 
@@ -320,6 +321,6 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
         raise ValueError(f"the kernel ports index with 32-bit offsets: B*N*N*max(dim, 3*hidden) must be "
                          f"below 2**31, got B={batch} N={seq} dim={dim} hidden={hidden}")
     contract = _largest_power_of_two_dividing(seq, 128)
-    return TriMulTiling(rows=64, tile_dim=_largest_power_of_two_dividing(dim, 64),
+    return TriMulTiling(rows=128, tile_dim=_largest_power_of_two_dividing(dim, 64),
                         tile_out=_largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
