@@ -189,8 +189,8 @@ def cost(case: dict) -> tuple[float, float]:
 
 def trimul_torch_fp32(data):
     """The GPU MODE reference: torch eager, float32, TF32 off."""
-    x, mask, weights, config = data
     validate(data)
+    x, mask, weights, config = data
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -209,8 +209,8 @@ def trimul_torch_compile(data):
         # one graph per shape: the default limit of 8 would fall back to eager on the test cases
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         _compiled_forward = torch.compile(_forward_torch, dynamic=False)
-    x, mask, weights, config = data
     validate(data)
+    x, mask, weights, config = data
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -251,8 +251,8 @@ def trimul_jax_xla(data):
         import jax
 
         _jitted_forward = jax.jit(_forward_jax, static_argnames="hidden")
-    x, mask, weights, config = data
     validate(data)
+    x, mask, weights, config = data
     return _jitted_forward(x, mask, weights, hidden=config["hidden_dim"])
 
 

@@ -1,0 +1,216 @@
+"""TriMul: both ports against the float64 reference, against each other, through the driver.
+
+On CPU the kernels run in the Triton interpreter and Pallas interpret mode on the smoke cases;
+on a machine with CUDA the GPU tests also run GPU MODE's 18 test cases.
+"""
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+import ports
+from compare.__main__ import main as compare_main
+from compare.driver import Settings, run
+from ports import Implementation, to_framework, to_torch
+from ports import trimul as spec
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (runs GPU MODE's test cases)")
+SMOKE = spec.SMOKE_CASES
+PORTS = ("triton", "pallas")
+
+
+def run_port(name, data):
+    if name == "triton":
+        from triton_kernels.trimul import trimul
+
+        return trimul(data, poison=True)  # every buffer starts as NaN: unwritten tiles show
+    from pallas_kernels.trimul import trimul  # interpret mode starts outputs as NaN
+
+    return to_torch(trimul(to_framework("jax", data)))
+
+
+def fresh_inputs(case, device=DEVICE):
+    """Inputs from a seed other than the case's own, so nothing can be tuned to one draw."""
+    return spec.make_inputs(case, case["seed"] * 31 + 7, device)
+
+
+@pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
+@pytest.mark.parametrize("port", PORTS)
+def test_port_matches_float64_reference(port, case):
+    data = fresh_inputs(case, "cpu")
+    out = run_port(port, data)
+    assert torch.isfinite(out).all(), "unwritten (NaN-poisoned) or non-finite elements"
+    verdict = spec.check(data, out, spec.reference(data))
+    assert verdict.passed, verdict.reason
+    assert verdict.errors["rel_fro"] < 5e-3  # fp16 operands: far inside the 2e-2 gate
+
+
+@pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
+def test_triton_and_pallas_agree(case):
+    data = fresh_inputs(case, "cpu")
+    triton_out, pallas_out = (run_port(port, data) for port in PORTS)
+    scale = spec.reference(data).abs().max()
+    assert float((triton_out.double() - pallas_out.double()).abs().max()) <= 1e-3 * float(scale)
+
+
+@pytest.mark.parametrize("impl", ["torch_fp32", "jax_xla"])
+def test_library_baselines_match_reference(impl):
+    case = SMOKE[1]
+    data = fresh_inputs(case, "cpu")
+    out = ports.custom_kernel("trimul", impl)(data)
+    verdict = spec.check(data, out, spec.reference(data))
+    assert verdict.passed and verdict.errors["rel_fro"] < 1e-5, verdict
+
+
+def test_custom_kernel_returns_torch_for_jax_port():
+    data = fresh_inputs(SMOKE[0], "cpu")
+    out = ports.custom_kernel("trimul", "pallas")(data)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    assert spec.check(data, out, spec.reference(data)).passed
+
+
+def test_check_rejects_nan_and_wrong_shape():
+    data = fresh_inputs(SMOKE[0], "cpu")
+    expected = spec.reference(data)
+    poisoned = expected.float().clone()
+    poisoned[0, 0, 0, 0] = float("nan")
+    assert not spec.check(data, poisoned, expected).passed
+    assert not spec.check(data, expected.float()[:, :-1], expected).passed
+    assert not spec.check(data, expected.float() * 1.1 + 0.1, expected).passed
+    assert spec.check(data, expected.float(), expected).passed
+
+
+def test_cases_are_gpumode_lists_and_cost_matches_roofline():
+    assert len(spec.TEST_CASES) == 18 and len(spec.BENCH_CASES) == 7
+    assert len({spec.case_name(c) for c in spec.TEST_CASES}) == 18
+    floors = [max(f / 785e12, b / 4.25e12) for f, b in map(spec.cost, spec.BENCH_CASES)]
+    geomean_ms = math.exp(sum(math.log(t) for t in floors) / len(floors)) * 1e3
+    assert abs(geomean_ms - 0.252) < 0.005  # the roofline floor the project quotes for the bench set
+
+
+def _mutations():
+    def weights_with(name, value):
+        return lambda x, m, w, c: (x, m, {**w, name: value}, c)
+
+    def without(name):
+        return lambda x, m, w, c: (x, m, {k: v for k, v in w.items() if k != name}, c)
+
+    return {
+        "x rank": (lambda x, m, w, c: (x[0], m, w, c), "x must have shape"),
+        "x dtype": (lambda x, m, w, c: (x.half(), m, w, c), "x must be float32"),
+        "x not square": (lambda x, m, w, c: (x[:, :, :-1], m, w, c), "x must have shape"),
+        "mask shape": (lambda x, m, w, c: (x, m[:, :-1], w, c), "mask must have shape"),
+        "mask dtype": (lambda x, m, w, c: (x, m.bool(), w, c), "mask must be"),
+        "weight shape": (weights_with("left_gate.weight", torch.zeros(3, 3)), r"weights\['left_gate.weight'\]"),
+        "weight dtype": (weights_with("to_out.weight", torch.zeros(32, 32, dtype=torch.float16)),
+                         r"weights\['to_out.weight'\]"),
+        "missing weight": (without("norm.bias"), r"weights\['norm.bias'\] is missing"),
+        "config": (lambda x, m, w, c: (x, m, w, {"dim": 999, "hidden_dim": 32}), r"config\['dim'\]"),
+        "not a tuple": (lambda x, m, w, c: x, "tuple"),
+    }
+
+
+@pytest.mark.parametrize("impl", ["triton", "pallas", "torch_fp32"])
+@pytest.mark.parametrize("mutation", list(_mutations()))
+def test_bad_input_names_the_argument(impl, mutation):
+    change, message = _mutations()[mutation]
+    data = change(*spec.make_inputs(SMOKE[0], 1, "cpu"))
+    framework = spec.WORKLOAD.implementation(impl).framework
+    function = spec.WORKLOAD.implementation(impl).load()
+    with pytest.raises((TypeError, ValueError), match=message):
+        function(data if framework == "torch" else to_framework("jax", data))
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_sizes_the_kernels_cannot_tile_are_refused(port):
+    case = dict(SMOKE[0], seqlen=20)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        run_port(port, spec.make_inputs(case, 1, "cpu"))
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+def cached_trimul(data, _memory={}):
+    """A planted cheat: computes once, then returns that first answer for every later call."""
+    if "out" not in _memory:
+        _memory["out"] = spec.trimul_torch_fp32(data)
+    return _memory["out"]
+
+
+def raising_trimul(data):
+    raise RuntimeError("planted failure")
+
+
+def nan_trimul(data):
+    return torch.full_like(data[0], float("nan"))
+
+
+def wrong_shape_trimul(data):
+    return spec.trimul_torch_fp32(data)[:, 1:]
+
+
+def planted_workload(*names):
+    planted = tuple(Implementation(name, "torch", "library", name, f"test_trimul:{name}_trimul")
+                    for name in names)
+    return dataclasses.replace(spec.WORKLOAD, cases={"smoke": SMOKE[:1]},
+                               implementations=spec.WORKLOAD.implementations + planted)
+
+
+def test_driver_reports_cached_result_as_failing_not_fast(tmp_path):
+    settings = Settings(pool=3, min_iters=4, max_iters=4, min_seconds=0.0, timed=True)
+    record = run(planted_workload("cached"), ["cached", "torch_fp32"], ["smoke"], tmp_path / "r.json",
+                 settings, progress=lambda message: None)
+    status = {r["impl"]: r for r in record["results"]}
+    assert status["cached"]["status"] == "fail"
+    assert "timed outputs wrong" in status["cached"]["reason"]
+    assert "geomean_ms" not in record["summary"]["smoke"]["cached"]
+    assert status["torch_fp32"]["status"] == "pass" and status["torch_fp32"]["timed_checks"] == "4/4 passed"
+
+
+def test_driver_isolates_failures_and_keeps_results(tmp_path):
+    path = tmp_path / "r.json"
+    record = run(planted_workload("raising", "nan", "wrong_shape"), ["raising", "nan", "wrong_shape", "torch_fp32"],
+                 ["smoke"], path, Settings(timed=False), progress=lambda message: None)
+    status = {r["impl"]: r for r in record["results"]}
+    assert status["raising"]["status"] == "error" and "planted failure" in status["raising"]["reason"]
+    assert status["nan"]["status"] == "fail" and "non-finite" in status["nan"]["reason"]
+    assert status["wrong_shape"]["status"] == "fail" and "shape" in status["wrong_shape"]["reason"]
+    assert status["torch_fp32"]["status"] == "pass"
+    assert len(json.loads(path.read_text())["results"]) == 4
+
+
+def test_driver_end_to_end(tmp_path, capsys):
+    path, chart = tmp_path / "trimul.json", tmp_path / "trimul.png"
+    code = compare_main(["trimul", "--impl", "triton,pallas", "--impl", "torch_fp32", "--json", str(path),
+                         "--plot", str(chart)] + ([] if ON_GPU else ["--time", "--iters", "2", "--pool", "2"]))
+    assert code == 0
+    record = json.loads(path.read_text())
+    case_sets = ["test", "bench"] if ON_GPU else ["smoke"]
+    expected = sum(len(spec.WORKLOAD.cases[s]) for s in case_sets) * 3
+    assert len(record["results"]) == expected and all(r["status"] == "pass" for r in record["results"])
+    assert all(r["max_abs_diff"] < 2e-2 for r in record["cross"]) and record["cross"]
+    assert chart.stat().st_size > 1000
+    shown = capsys.readouterr().out
+    assert "NOT GPU timings" in shown or ON_GPU
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["trimul", "--impl", "nope"], ["trimul", "--cases", "nope"]])
+def test_cli_rejects_unknown_names_with_code_2(argv, capsys):
+    assert compare_main(argv) == 2
+    assert "valid:" in capsys.readouterr().err
+
+
+# --- on the GPU: GPU MODE's test cases --------------------------------------------------------
+
+@needs_gpu
+@pytest.mark.parametrize("case", spec.TEST_CASES, ids=spec.case_name)
+@pytest.mark.parametrize("port", PORTS)
+def test_port_on_gpu_test_cases(port, case):
+    data = fresh_inputs(case, "cuda")
+    out = run_port(port, data)
+    verdict = spec.check(data, out, spec.reference(data))
+    assert verdict.passed, verdict.reason
