@@ -25,7 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ports import Implementation, Workload, to_framework, to_torch
+from ports import Implementation, Workload, first_difference, to_framework, to_torch
 
 # Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
 CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
@@ -150,12 +150,25 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         return result, None
 
 
-def max_difference(a, b) -> float:
-    import torch
+def compare_outputs(a, b) -> dict:
+    """Largest difference between two implementations' outputs, and whether they agree bitwise."""
+    if a.shape != b.shape:
+        return {"max_abs_diff": math.nan, "bitwise_equal": False, "first_difference": None}
+    difference = first_difference(a.detach().cpu(), b.detach().cpu())
+    return {"max_abs_diff": float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()),
+            "bitwise_equal": difference is None, "first_difference": difference}
 
-    if a is None or b is None or a.shape != b.shape:
-        return math.nan
-    return float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max())
+
+def check_properties(workload: Workload, impl: Implementation, device: str, sizes: dict) -> list[dict]:
+    """The workload's extra properties (e.g. batch invariance) for one implementation."""
+    try:
+        function = impl.load()
+        entries = workload.properties(lambda inputs: to_torch(function(inputs)),
+                                      lambda *inputs: to_framework(impl.framework, inputs), device, sizes)
+    except Exception as error:  # noqa: BLE001 - reported, and the run goes on
+        entries = [{"property": "all", "passed": False, "checked": "-", "error": _error_text(error),
+                    "first_difference": None}]
+    return [{"impl": impl.name, "language": impl.language, **entry} for entry in entries]
 
 
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,
@@ -207,11 +220,22 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         if "triton" in ported and "pallas" in ported:
             (a_name, a), (b_name, b) = ported["triton"], ported["pallas"]
             recorder.record["cross"].append({"case_set": case_set, "case": name, "pair": [a_name, b_name],
-                                             "max_abs_diff": max_difference(a, b)})
+                                             **compare_outputs(a, b)})
             recorder.save()
         del pool, references, ported
         if on_gpu:
             torch.cuda.empty_cache()
+    if workload.properties is not None:
+        sizes = workload.property_sizes["gpu" if on_gpu else "cpu"]
+        recorder.record["properties"] = []
+        for impl in impls:
+            progress(f"properties of {impl.name} ...")
+            for entry in check_properties(workload, impl, device, sizes):
+                recorder.record["properties"].append(entry)
+                progress(f"  {entry['property']}: {'pass' if entry['passed'] else 'FAIL'} ({entry['checked']})"
+                         + (f" first difference {entry['first_difference']}" if entry.get("first_difference") else "")
+                         + (f" {entry['error']}" if entry.get("error") else ""))
+            recorder.save()
     recorder.record["summary"] = summarise(recorder.record, workload.baseline)
     recorder.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     recorder.save()

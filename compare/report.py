@@ -18,27 +18,37 @@ def _number(value, digits=3) -> str:
 def print_table(record: dict, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 220)
     interpreted = record["mode"] != "gpu"
-    cross = {(c["case_set"], c["case"]): c["max_abs_diff"] for c in record["cross"]}
+    cross = {(c["case_set"], c["case"]): c for c in record["cross"]}
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
     table = Table(title=title, header_style="bold")
     for column in ("set", "case", "impl", "verdict", "max abs", "max rel", "median ms", "IQR ms", "runs",
-                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|triton-pallas|"):
+                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|triton-pallas|", "bitwise"):
         table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict") else "right")
     for r in record["results"]:
         errors = r.get("errors", {})
         verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]"}[r["status"]]
-        diff = cross.get((r["case_set"], r["case"])) if r["language"] in ("triton", "pallas") else None
+        pair = cross.get((r["case_set"], r["case"]), {}) if r["language"] in ("triton", "pallas") else {}
+        bitwise = {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
         table.add_row(r["case_set"], r["case"], r["impl"], verdict, _number(errors.get("max_abs")),
                       _number(errors.get("max_rel")), _number(r.get("median_ms")), _number(r.get("iqr_ms")),
                       str(r.get("runs", "-")), _number(r.get("tflops"), 1), _number(r.get("tbps"), 2),
                       _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
-                      _number(r.get("first_call_s"), 2), _number(diff))
+                      _number(r.get("first_call_s"), 2), _number(pair.get("max_abs_diff")), bitwise)
     console.print(table)
     failures = [r for r in record["results"] if r["status"] != "pass"]
     for r in failures:
         console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
+    if record.get("properties"):
+        properties = Table(title="properties" + (" (CPU interpreters)" if interpreted else ""), header_style="bold")
+        for column in ("impl", "property", "verdict", "checked", "first difference"):
+            properties.add_column(column)
+        for p in record["properties"]:
+            detail = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
+            properties.add_row(p["impl"], p["property"], "[green]pass[/]" if p["passed"] else "[red]FAIL[/]",
+                               p["checked"], detail)
+        console.print(properties)
     summary = Table(title="geometric means per case set (over cases that all passed and were timed)")
     for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):
         summary.add_column(column)

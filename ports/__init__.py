@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 WORKLOAD_MODULES = {
     "trimul": "ports.trimul",
+    "matmul": "ports.matmul",
 }
 
 
@@ -53,6 +54,10 @@ class Workload:
     case_name: Callable[[dict], str]
     implementations: tuple[Implementation, ...]
     baseline: str  # the implementation speed-ups are measured against
+    # optional checks beyond agreement: properties(function, convert, device, sizes) -> [dict],
+    # with sizes picked from property_sizes["gpu"] or ["cpu"]
+    properties: Callable | None = None
+    property_sizes: dict | None = None
 
     def implementation(self, name: str) -> Implementation:
         for impl in self.implementations:
@@ -142,3 +147,21 @@ def allclose_check(output, expected, rtol: float, atol: float) -> Check:
     if bad:
         return Check(False, errors, f"{bad} of {expected.numel()} elements outside rtol={rtol} atol={atol}")
     return Check(True, errors)
+
+
+def bit_view(tensor):
+    """The tensor's bits as integers, so that equality is bitwise (NaN == NaN, -0 != +0)."""
+    import torch
+
+    return tensor.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+def first_difference(x, y):
+    """None when x and y are bitwise equal, else where they first differ and by how much."""
+    if x.shape != y.shape:
+        return {"where": f"shapes {tuple(x.shape)} and {tuple(y.shape)}", "max_abs_diff": float("inf")}
+    unequal = bit_view(x) != bit_view(y)
+    if not unequal.any():
+        return None
+    index = tuple(int(i) for i in unequal.nonzero()[0])
+    return {"where": index, "max_abs_diff": float((x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max())}

@@ -1,0 +1,72 @@
+"""Batch-invariant matmul in Pallas (Triton lowering): the kernel of triton_kernels/matmul.py.
+
+Each program owns one tile_m x tile_n tile of C and walks the whole of K in tile_k steps, in
+order, accumulating in fp32: no split-K, so each element's sum is taken in the same order for
+every M. Ragged N and K are masked loads (zeros add exactly nothing) and masked stores.
+
+A difference the languages force: a Pallas kernel is compiled for static shapes, so every
+distinct M would compile anew. M is therefore padded with zero rows up to a multiple of tile_m
+(rows are independent, so the padding changes no bits of the real rows) and the result sliced.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from ports.matmul import matmul_tiling, validate
+
+
+def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m):
+    pid = pl.program_id(0)
+    tiles_m = a_ref.shape[0] // tile_m
+    tiles_n = pl.cdiv(n, tile_n)
+    per_group = group_m * tiles_n
+    first_m = (pid // per_group) * group_m
+    group_rows = jnp.minimum(tiles_m - first_m, group_m)
+    row0 = (first_m + (pid % per_group) % group_rows) * tile_m
+    col0 = ((pid % per_group) // group_rows) * tile_n
+    cols = col0 + jnp.arange(tile_n)
+    ks = jnp.arange(tile_k)
+
+    def step(i, acc):
+        k0 = i * tile_k
+        a = pltriton.load(a_ref.at[pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
+                          mask=jnp.broadcast_to((k0 + ks)[None, :] < k, (tile_m, tile_k)), other=0.0)
+        b = pltriton.load(b_ref.at[pl.ds(k0, tile_k), pl.ds(col0, tile_n)],
+                          mask=((k0 + ks)[:, None] < k) & (cols[None, :] < n), other=0.0)
+        return acc + jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+    acc = jax.lax.fori_loop(0, pl.cdiv(k, tile_k), step, jnp.zeros((tile_m, tile_n), jnp.float32))
+    pltriton.store(c_ref.at[pl.ds(row0, tile_m), pl.ds(col0, tile_n)], acc.astype(c_ref.dtype),
+                   mask=jnp.broadcast_to(cols[None, :] < n, (tile_m, tile_n)))
+
+
+@functools.partial(jax.jit, static_argnames=("out", "interpret"))
+def _matmul(a, b, *, out, interpret):
+    (m, k), n = a.shape, b.shape[1]
+    tiles = matmul_tiling(m)
+    padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
+    a_padded = jnp.pad(a, ((0, padded_m - m), (0, 0))) if padded_m != m else a
+    c = pl.pallas_call(
+        functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
+                          group_m=tiles.group_m),
+        out_shape=jax.ShapeDtypeStruct((padded_m, n), jnp.float32 if out == "float32" else a.dtype),
+        grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n),),
+        compiler_params=pltriton.CompilerParams(num_warps=tiles.warps, num_stages=tiles.stages),
+        interpret=interpret, name="batch_invariant_matmul",
+    )(a_padded, b)
+    return c[:m] if padded_m != m else c
+
+
+def matmul(data):
+    """C = a @ b for `(a, b, out)` as JAX arrays: a [M, K], b [K, N] bf16 (or fp16); out "same" or "float32".
+
+    Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
+    """
+    validate(data)
+    a, b, out = data
+    return _matmul(a, b, out=out, interpret=jax.default_backend() != "gpu")

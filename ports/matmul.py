@@ -1,0 +1,269 @@
+"""Deterministic, batch-invariant matmul: C = A @ B, bf16 in, fp32 accumulation, bf16 or fp32 out.
+
+Inputs: `(a, b, out)` with a [M, K] and b [K, N] of one dtype (bfloat16; float16 is accepted
+too, for the Triton interpreter, which misreads bf16 on CPU) and `out` either "same" (C in
+the input dtype) or "float32".
+
+Besides agreement with a float64 reference, three properties are checked by the driver:
+batch invariance (row r of A[:M] @ B has the same bits for every M, and a row's bits do not
+depend on where in a batch it sits), run-to-run determinism, and bitwise agreement between the
+Triton and Pallas ports.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from ports import Check, Implementation, Workload, first_difference
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+OUTPUTS = ("same", "float32")
+REL_FROBENIUS_LIMIT = 1e-2
+ELEMENT_RTOL = 2.0**-7  # twice bf16's rounding unit, relative to |ref| + rms(ref)
+
+
+def _case(m, n, k, seed, dtype="bfloat16", out="same"):
+    return dict(m=m, n=n, k=k, dtype=dtype, out=out, seed=seed)
+
+
+BENCH_CASES = (
+    [_case(m, 4096, 4096, 100 + m) for m in (1, 16, 64, 128, 512, 1024, 4096, 8192)]
+    + [_case(m, 14336, 4096, 200 + m) for m in (1, 16, 128, 1024, 4096)]
+    + [_case(m, 4096, 14336, 300 + m) for m in (1, 16, 128, 1024, 4096)]
+)
+# Ragged sizes (multiples of no tile), both output types, and the LLM shapes at odd M.
+TEST_CASES = [
+    _case(1, 7, 33, 1), _case(7, 33, 255, 2), _case(33, 255, 1000, 3), _case(255, 1000, 7, 4),
+    _case(1000, 1, 255, 5), _case(1000, 1000, 1000, 6, out="float32"), _case(1, 4096, 4096, 7),
+    _case(7, 4096, 4096, 8, out="float32"), _case(33, 14336, 4096, 9), _case(255, 4096, 14336, 10),
+    _case(1000, 4096, 4096, 11), _case(4096, 4096, 4096, 12, out="float32"),
+]
+# float16 so that the Triton interpreter reads its inputs correctly on CPU.
+SMOKE_CASES = [
+    _case(1, 64, 64, 21, "float16"), _case(7, 33, 40, 22, "float16"),
+    _case(65, 70, 96, 23, "float16", out="float32"), _case(128, 128, 128, 24, "float16"),
+]
+
+
+def case_name(case: dict) -> str:
+    return f"m{case['m']}-n{case['n']}-k{case['k']}-{case['dtype']}-out_{case['out']}"
+
+
+def make_inputs(case: dict, seed: int, device="cpu"):
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    dtype = DTYPES[case["dtype"]]
+    a = torch.randn((case["m"], case["k"]), device=device, generator=gen).to(dtype)
+    b = torch.randn((case["k"], case["n"]), device=device, generator=gen).to(dtype)
+    return a, b, case["out"]
+
+
+def _dtype_name(value) -> str:
+    return str(value.dtype).replace("torch.", "")
+
+
+def validate(data) -> None:
+    """Raise a ValueError or TypeError naming the argument when `data` is not (a, b, out)."""
+    if not isinstance(data, (tuple, list)) or len(data) != 3:
+        raise TypeError("matmul input must be a tuple (a, b, out)")
+    a, b, out = data
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"a and b must be 2-D, got a {tuple(a.shape)} and b {tuple(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"a is [M, K] = {tuple(a.shape)} but b is [K, N] = {tuple(b.shape)}: K differs")
+    if min(a.shape[0], a.shape[1], b.shape[1]) < 1:
+        raise ValueError(f"M, N and K must be at least 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
+    if _dtype_name(a) not in DTYPES or _dtype_name(b) != _dtype_name(a):
+        raise TypeError(f"a and b must both be bfloat16 or both float16, got {_dtype_name(a)} and {_dtype_name(b)}")
+    if out not in OUTPUTS:
+        raise ValueError(f"out must be one of {OUTPUTS}, got {out!r}")
+
+
+def output_dtype(data):
+    return torch.float32 if data[2] == "float32" else data[0].dtype
+
+
+def reference(data):
+    a, b, _ = data
+    return a.to(torch.float64) @ b.to(torch.float64)
+
+
+def check(data, output, expected) -> Check:
+    """Relative Frobenius error within 1e-2 and every element within bf16 tolerance."""
+    if not isinstance(output, torch.Tensor):
+        return Check(False, reason=f"output is {type(output).__name__}, not a tensor")
+    if tuple(output.shape) != tuple(expected.shape):
+        return Check(False, reason=f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
+    if output.dtype != output_dtype(data):
+        return Check(False, reason=f"output dtype {_dtype_name(output)}, expected {output_dtype(data)}")
+    out = output.detach().to(device=expected.device, dtype=torch.float64)
+    diff = (out - expected).abs().nan_to_num(nan=float("inf"))
+    scale = expected.abs() + expected.square().mean().sqrt()
+    bad = int((diff > ELEMENT_RTOL * scale).sum())
+    errors = {"max_abs": float(diff.max()),
+              "rel_fro": float(torch.linalg.vector_norm(out.nan_to_num() - expected)
+                               / torch.linalg.vector_norm(expected).clamp_min(1e-300)),
+              "mismatched": bad}
+    if not torch.isfinite(out).all():
+        return Check(False, errors, f"{int((~torch.isfinite(out)).sum())} non-finite elements")
+    if errors["rel_fro"] > REL_FROBENIUS_LIMIT:
+        return Check(False, errors, f"relative Frobenius error {errors['rel_fro']:.2e} > {REL_FROBENIUS_LIMIT}")
+    if bad:
+        return Check(False, errors, f"{bad} elements outside bf16 tolerance")
+    return Check(True, errors)
+
+
+def cost(case: dict) -> tuple[float, float]:
+    m, n, k = case["m"], case["n"], case["k"]
+    out_bytes = 4 if case["out"] == "float32" else 2
+    return 2.0 * m * n * k, float(2 * (m * k + k * n) + out_bytes * m * n)
+
+
+# Sizes for the property sweeps: on a GPU, K = N = 4096 with M across both tile configurations
+# (matmul_tiling). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
+# sum in orders that depend on the tile's shape, unlike the GPU's tensor-core instructions, so
+# the CPU sweep stays inside the small-M configuration (M <= 64).
+PROPERTY_SIZES = {
+    "gpu": dict(k=4096, n=4096, dtype="bfloat16", every_m=64,
+                sampled_m=(65, 96, 127, 128, 129, 255, 256, 257, 511, 777, 1000, 1024, 2047, 3001, 4096, 5555, 8192),
+                batch_sizes=(1, 3, 64, 100, 1000, 8192), repeats=100, repeat_m=1000),
+    "cpu": dict(k=200, n=48, dtype="float16", every_m=64, sampled_m=(), batch_sizes=(1, 3, 17, 64),
+                repeats=100, repeat_m=33),
+}
+
+
+def properties(function, convert, device, sizes: dict) -> list[dict]:
+    """Batch invariance, placement invariance and run-to-run determinism of one implementation.
+
+    `function` takes framework inputs made by `convert(a, b, out)` and returns a torch tensor.
+    Each entry: {"property", "passed", "checked", "first_difference" (or None)}.
+    """
+    gen = torch.Generator(device=device)
+    gen.manual_seed(4242)
+    dtype = DTYPES[sizes["dtype"]]
+    m_values = list(range(1, sizes["every_m"] + 1)) + list(sizes["sampled_m"])
+    m_max = max(m_values + list(sizes["batch_sizes"]))
+    a = torch.randn((m_max, sizes["k"]), device=device, generator=gen).to(dtype)
+    b = torch.randn((sizes["k"], sizes["n"]), device=device, generator=gen).to(dtype)
+
+    def run(rows):
+        return function(convert(rows, b, "same"))
+
+    full = run(a)
+    results = []
+
+    failure = None
+    for m in m_values:
+        failure = first_difference(run(a[:m]), full[:m])
+        if failure:
+            failure["m"] = m
+            break
+    results.append({"property": "batch invariance: rows of A[:M] @ B equal the full product's",
+                    "passed": failure is None, "checked": f"M = 1..{sizes['every_m']}, {len(sizes['sampled_m'])} more up to {m_max}",
+                    "first_difference": failure})
+
+    rng = random.Random(7)
+    failure, placements = None, 0
+    for source_row in rng.sample(range(m_max), 4):
+        for batch in sizes["batch_sizes"]:
+            position = rng.randrange(batch)
+            others = torch.randn((batch, sizes["k"]), device=device, generator=gen).to(dtype)
+            others[position] = a[source_row]
+            placements += 1
+            failure = first_difference(run(others)[position], full[source_row])
+            if failure:
+                failure.update(row=source_row, batch=batch, position=position)
+                break
+        if failure:
+            break
+    results.append({"property": "placement invariance: a row's bits do not depend on its batch or position",
+                    "passed": failure is None, "checked": f"{placements} placements", "first_difference": failure})
+
+    first = run(a[:sizes["repeat_m"]])
+    failure = None
+    for repeat in range(1, sizes["repeats"]):
+        failure = first_difference(run(a[:sizes["repeat_m"]]), first)
+        if failure:
+            failure["repeat"] = repeat
+            break
+    results.append({"property": "run-to-run determinism", "passed": failure is None,
+                    "checked": f"{sizes['repeats']} runs at M = {sizes['repeat_m']}", "first_difference": failure})
+    return results
+
+
+def matmul_torch(data):
+    """cuBLAS through torch (fp32 output through torch.mm's out_dtype on CUDA)."""
+    validate(data)
+    a, b, out = data
+    if out == "float32":
+        if a.is_cuda:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        return (a.float() @ b.float())
+    return a @ b
+
+
+_jitted_dot = None
+
+
+def matmul_xla(data):
+    """XLA's dot through jax.jit, fp32 accumulation."""
+    global _jitted_dot
+    validate(data)
+    if _jitted_dot is None:
+        import jax
+        import jax.numpy as jnp
+
+        def dot(a, b, out):
+            product = jnp.matmul(a, b, preferred_element_type=jnp.float32)
+            return product if out == "float32" else product.astype(a.dtype)
+
+        _jitted_dot = jax.jit(dot, static_argnames="out")
+    a, b, out = data
+    return _jitted_dot(a, b, out=out)
+
+
+WORKLOAD = Workload(
+    name="matmul",
+    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},
+    make_inputs=make_inputs,
+    reference=reference,
+    check=check,
+    cost=cost,
+    case_name=case_name,
+    implementations=(
+        Implementation("triton", "torch", "triton", "Triton port: fixed K order, no split-K",
+                       "triton_kernels.matmul:matmul"),
+        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering): fixed K order, no split-K",
+                       "pallas_kernels.matmul:matmul"),
+        Implementation("torch", "torch", "library", "torch.matmul (cuBLAS)", "ports.matmul:matmul_torch"),
+        Implementation("jax_xla", "jax", "library", "jnp.matmul under jax.jit (XLA)", "ports.matmul:matmul_xla"),
+    ),
+    baseline="torch",
+    properties=properties,
+    property_sizes=PROPERTY_SIZES,
+)
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """Tiles shared by the Triton and Pallas ports. tile_k, and with it the order in which each
+    element's sum over K is taken, is the same for every M; only the output tile shape changes."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int = 64
+    group_m: int = 8
+    warps: int = 8
+    stages: int = 3
+
+
+SMALL_M = 64
+
+
+def matmul_tiling(m: int) -> MatmulTiling:
+    """Small batches get small output tiles (more programs to stream B with); large ones large tiles."""
+    if m <= SMALL_M:
+        return MatmulTiling(tile_m=64, tile_n=64, warps=4, stages=4)
+    return MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3)
