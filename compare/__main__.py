@@ -28,6 +28,11 @@ def parse_args(argv):
     parser.add_argument("--iters", type=int, default=10, help="minimum timed runs per case (default 10)")
     parser.add_argument("--time", action="store_true",
                         help="on CPU, time the interpreters too (meaningless as speed; exercises the timed path)")
+    parser.add_argument("--timer", choices=("host", "kernels"), default="host",
+                        help="host: wall clock between device synchronisations, launch overhead included "
+                             "(default); kernels: sum of the call's kernel times from the profiler (GPU only)")
+    parser.add_argument("--no-properties", action="store_true",
+                        help="skip the workload's property sweeps (e.g. matmul batch invariance)")
     parser.add_argument("--list", action="store_true", help="list implementations and case sets, then exit")
     return parser.parse_args(argv)
 
@@ -68,6 +73,9 @@ def main(argv=None) -> int:
     if unknown:
         print(f"unknown case set(s) {', '.join(unknown)}; valid: {', '.join(workload.cases)}", file=sys.stderr)
         return 2
+    if args.timer == "kernels" and not on_gpu:
+        print("--timer kernels needs a CUDA GPU", file=sys.stderr)
+        return 2
     if args.pool < 2 or args.iters < 1:
         print("--pool must be at least 2 and --iters at least 1", file=sys.stderr)
         return 2
@@ -79,8 +87,8 @@ def main(argv=None) -> int:
         print("no CUDA GPU: running the kernels through the Triton interpreter and Pallas interpret mode;"
               " any times shown are interpreter times, not GPU timings", file=sys.stderr)
     settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
-                        timed=on_gpu or args.time)
-    record = run(workload, impls, case_sets, args.json, settings)
+                        timed=on_gpu or args.time, timer=args.timer)
+    record = run(workload, impls, case_sets, args.json, settings, check_properties=not args.no_properties)
     print_table(record)
     if args.plot:
         plot(record, args.plot)

@@ -9,6 +9,9 @@ Honest timing, the same for torch and JAX implementations:
   the time is the host clock from there to a device-wide synchronisation after the call
   (CUDA events would miss work on XLA's own streams);
 - medians with the interquartile range and the number of runs.
+With timer="kernels" (GPU only) the time of a call is instead the sum of the device times of the
+kernels it launched, read from torch.profiler (which sees Triton, Pallas and XLA kernels alike):
+launch overhead and synchronisation are left out, which matters for calls of a few microseconds.
 Every result is appended to the JSON file as soon as it is measured, and an implementation
 that raises, returns NaN or the wrong shape is recorded as failed while the run goes on.
 """
@@ -25,6 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compare.kernel_times import profiled_calls
 from ports import Implementation, Workload, first_difference, to_framework, to_torch
 
 # Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
@@ -40,6 +44,7 @@ class Settings:
     max_iters: int = 50
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
     timed: bool = True
+    timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler
 
 
 @dataclass
@@ -130,10 +135,14 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
                 len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds):
             member = (len(times) + 2) % len(pool)
             sync.flush()
-            start = time.perf_counter()
-            output = function(native[member])
-            sync.wait(output)
-            times.append(time.perf_counter() - start)
+            if settings.timer == "kernels":
+                output, kernels = profiled_calls(function, native[member])
+                times.append(sum(kernels.values()) / 1e3)
+            else:
+                start = time.perf_counter()
+                output = function(native[member])
+                sync.wait(output)
+                times.append(time.perf_counter() - start)
             timed_verdict = workload.check(pool[member], to_torch(output), references[member])
             if not timed_verdict.passed:
                 failures.append(f"timed run {len(times)} (input set {member}): {timed_verdict.reason}")
@@ -159,7 +168,7 @@ def compare_outputs(a, b) -> dict:
             "bitwise_equal": difference is None, "first_difference": difference}
 
 
-def check_properties(workload: Workload, impl: Implementation, device: str, sizes: dict) -> list[dict]:
+def property_results(workload: Workload, impl: Implementation, device: str, sizes: dict) -> list[dict]:
     """The workload's extra properties (e.g. batch invariance) for one implementation."""
     try:
         function = impl.load()
@@ -172,7 +181,7 @@ def check_properties(workload: Workload, impl: Implementation, device: str, size
 
 
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,
-        settings: Settings | None = None, progress=None) -> dict:
+        settings: Settings | None = None, progress=None, check_properties: bool = True) -> dict:
     """Check (and, where settings.timed, time) each implementation on each case of the sets."""
     import torch
 
@@ -183,7 +192,9 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     device = "cuda" if on_gpu else "cpu"
     recorder = Recorder(json_path, {
         "workload": workload.name, **info, "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "settings": vars(settings), "timing": "host clock between device-wide synchronisations, L2 flushed",
+        "settings": vars(settings),
+        "timing": ("sum of kernel device times (torch.profiler), L2 flushed" if settings.timer == "kernels"
+                   else "host clock between device-wide synchronisations, L2 flushed"),
         "results": [], "cross": []})
     recorder.save()
     impls = [workload.implementation(name) for name in impl_names]
@@ -225,12 +236,12 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         del pool, references, ported
         if on_gpu:
             torch.cuda.empty_cache()
-    if workload.properties is not None:
+    if workload.properties is not None and check_properties:
         sizes = workload.property_sizes["gpu" if on_gpu else "cpu"]
         recorder.record["properties"] = []
         for impl in impls:
             progress(f"properties of {impl.name} ...")
-            for entry in check_properties(workload, impl, device, sizes):
+            for entry in property_results(workload, impl, device, sizes):
                 recorder.record["properties"].append(entry)
                 progress(f"  {entry['property']}: {'pass' if entry['passed'] else 'FAIL'} ({entry['checked']})"
                          + (f" first difference {entry['first_difference']}" if entry.get("first_difference") else "")

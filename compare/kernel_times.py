@@ -14,26 +14,29 @@ import sys
 from collections import defaultdict
 
 
-def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
-    """Mean device time per call (ms) of each kernel the function launches."""
+def profiled_calls(function, native_inputs, runs: int = 1):
+    """Call `function` `runs` times under torch.profiler; returns (last output, {kernel: total ms})."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    def call():
-        out = function(native_inputs)
-        if hasattr(out, "block_until_ready"):
-            out.block_until_ready()
-        torch.cuda.synchronize()
-
-    call()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(runs):
-            call()
+            out = function(native_inputs)
+            if hasattr(out, "block_until_ready"):
+                out.block_until_ready()
+            torch.cuda.synchronize()
     totals = defaultdict(float)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] += event.device_time / 1e3 / runs
-    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+            totals[event.name] += event.device_time / 1e3
+    return out, totals
+
+
+def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
+    """Mean device time per call (ms) of each kernel the function launches, after a warm-up call."""
+    function(native_inputs)
+    _, totals = profiled_calls(function, native_inputs, runs)
+    return dict(sorted(((name, ms / runs) for name, ms in totals.items()), key=lambda item: -item[1]))
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,134 @@
+"""Batch-invariant matmul: both ports against float64, the three bitwise properties, the driver.
+
+On CPU the Triton path uses float16 (the Triton interpreter misreads bf16 there) and the property
+sweeps stay inside one tile configuration (the interpreters' dots sum in shape-dependent orders);
+on a machine with CUDA the bf16 cases and the full sweep of the issue run too.
+"""
+import json
+
+import pytest
+import torch
+
+from compare.__main__ import main as compare_main
+from ports import first_difference, to_framework, to_torch
+from ports import matmul as spec
+
+ON_GPU = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 bits come from the tensor cores)")
+PORTS = ("triton", "pallas")
+
+
+def port_function(name):
+    impl = spec.WORKLOAD.implementation(name)
+    function = impl.load()
+    return lambda data: to_torch(function(to_framework(impl.framework, data)))
+
+
+def fresh_inputs(case, device="cpu"):
+    return spec.make_inputs(case, case["seed"] * 17 + 3, device)
+
+
+RAGGED_FP16 = [spec._case(m, n, k, 5, "float16", out) for (m, n, k), out in
+               [((1, 7, 33), "same"), ((33, 65, 100), "float32"), ((64, 1, 255), "same"), ((130, 70, 40), "same")]]
+
+
+@pytest.mark.parametrize("case", spec.SMOKE_CASES + RAGGED_FP16, ids=spec.case_name)
+@pytest.mark.parametrize("port", PORTS)
+def test_port_matches_float64_reference(port, case):
+    data = fresh_inputs(case)
+    out = port_function(port)(data)
+    verdict = spec.check(data, out, spec.reference(data))
+    assert verdict.passed, verdict.reason
+    assert verdict.errors["rel_fro"] < 2e-3
+
+
+def test_pallas_bf16_matches_float64_reference():
+    case = spec._case(33, 100, 130, 9, "bfloat16")
+    data = fresh_inputs(case)
+    assert spec.check(data, port_function("pallas")(data), spec.reference(data)).passed
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_bitwise_properties_hold_on_interpreter(port):
+    sizes = dict(spec.PROPERTY_SIZES["cpu"], every_m=40, repeats=20)
+    impl = spec.WORKLOAD.implementation(port)
+    function = impl.load()
+    results = spec.properties(lambda d: to_torch(function(d)), lambda *d: to_framework(impl.framework, d),
+                              "cpu", sizes)
+    assert [r["property"].split(":")[0] for r in results] == [
+        "batch invariance", "placement invariance", "run-to-run determinism"]
+    assert all(r["passed"] for r in results), results
+
+
+def test_property_sweep_catches_a_batch_variant_matmul():
+    """A matmul whose reduction order depends on M (split-K for small M) must fail the sweep."""
+    def batch_variant(data):
+        a, b, _ = data
+        if a.shape[0] < 8:  # split K in two halves, summed in float16
+            half = a.shape[1] // 2
+            return (a[:, :half].float() @ b[:half].float()).half() + (a[:, half:].float() @ b[half:].float()).half()
+        return (a.float() @ b.float()).half()
+
+    results = spec.properties(batch_variant, lambda *d: d, "cpu", dict(spec.PROPERTY_SIZES["cpu"], repeats=3))
+    assert not results[0]["passed"] and results[0]["first_difference"]["m"] < 8
+    assert results[2]["passed"]
+
+
+def test_check_rejects_wrong_dtype_nan_and_error():
+    data = fresh_inputs(spec.SMOKE_CASES[1])
+    expected = spec.reference(data)
+    good = expected.to(torch.float16)
+    assert spec.check(data, good, expected).passed
+    assert not spec.check(data, good.float(), expected).passed  # out "same" means float16 here
+    bad = good.clone()
+    bad[0, 0] = float("nan")
+    assert not spec.check(data, bad, expected).passed
+    assert not spec.check(data, good * 1.05, expected).passed
+
+
+def test_first_difference_is_bitwise():
+    x = torch.tensor([0.0, 1.0, float("nan")])
+    assert first_difference(x, x.clone()) is None
+    assert first_difference(x, torch.tensor([-0.0, 1.0, float("nan")]))["where"] == (0,)
+
+
+@pytest.mark.parametrize("port", PORTS + ("torch",))
+@pytest.mark.parametrize("data, message", [
+    ((torch.zeros(2, 3, dtype=torch.float16), torch.zeros(4, 5, dtype=torch.float16), "same"), "K differs"),
+    ((torch.zeros(2, 3), torch.zeros(3, 5), "same"), "bfloat16 or both float16"),
+    ((torch.zeros(2, 3, 1, dtype=torch.float16), torch.zeros(3, 5, dtype=torch.float16), "same"), "2-D"),
+    ((torch.zeros(2, 3, dtype=torch.float16), torch.zeros(3, 5, dtype=torch.float16), "int8"), "out must be"),
+])
+def test_bad_input_is_named(port, data, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        port_function(port)(data)
+
+
+def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
+    path = tmp_path / "matmul.json"
+    assert compare_main(["matmul", "--impl", "triton,pallas", "--cases", "smoke", "--json", str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert {p["impl"] for p in record["properties"]} == {"triton", "pallas"}
+    assert all(p["passed"] for p in record["properties"])
+    assert len(record["cross"]) == len(spec.SMOKE_CASES)
+    # On the GPU the two ports agree bitwise on every case; the CPU interpreters' dots need not.
+    assert all(c["bitwise_equal"] for c in record["cross"]) or not ON_GPU
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", spec.TEST_CASES, ids=spec.case_name)
+def test_ports_agree_bitwise_on_gpu(case):
+    data = fresh_inputs(case, "cuda")
+    triton_out, pallas_out = (port_function(port)(data) for port in PORTS)
+    assert spec.check(data, triton_out, spec.reference(data)).passed
+    assert first_difference(triton_out, pallas_out) is None
+
+
+@needs_gpu
+@pytest.mark.parametrize("port", PORTS)
+def test_full_property_sweep_on_gpu(port):
+    impl = spec.WORKLOAD.implementation(port)
+    function = impl.load()
+    results = spec.properties(lambda d: to_torch(function(d)), lambda *d: to_framework(impl.framework, d),
+                              "cuda", spec.PROPERTY_SIZES["gpu"])
+    assert all(r["passed"] for r in results), results
