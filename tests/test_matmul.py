@@ -14,6 +14,7 @@ from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
 
 ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 bits come from the tensor cores)")
 PORTS = ("triton", "pallas")
 
@@ -24,7 +25,7 @@ def port_function(name):
     return lambda data: to_torch(function(to_framework(impl.framework, data)))
 
 
-def fresh_inputs(case, device="cpu"):
+def fresh_inputs(case, device=DEVICE):
     return spec.make_inputs(case, case["seed"] * 17 + 3, device)
 
 
@@ -54,7 +55,7 @@ def test_bitwise_properties_hold_on_interpreter(port):
     impl = spec.WORKLOAD.implementation(port)
     function = impl.load()
     results = spec.properties(lambda d: to_torch(function(d)), lambda *d: to_framework(impl.framework, d),
-                              "cpu", sizes)
+                              DEVICE, sizes)
     assert [r["property"].split(":")[0] for r in results] == [
         "batch invariance", "placement invariance", "run-to-run determinism"]
     assert all(r["passed"] for r in results), results
@@ -100,6 +101,7 @@ def test_first_difference_is_bitwise():
     ((torch.zeros(2, 3, dtype=torch.float16), torch.zeros(3, 5, dtype=torch.float16), "int8"), "out must be"),
 ])
 def test_bad_input_is_named(port, data, message):
+    data = tuple(x.to(DEVICE) if isinstance(x, torch.Tensor) else x for x in data)
     with pytest.raises((TypeError, ValueError), match=message):
         port_function(port)(data)
 
@@ -118,7 +120,7 @@ def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
 @needs_gpu
 @pytest.mark.parametrize("case", spec.TEST_CASES, ids=spec.case_name)
 def test_ports_agree_bitwise_on_gpu(case):
-    data = fresh_inputs(case, "cuda")
+    data = fresh_inputs(case)
     triton_out, pallas_out = (port_function(port)(data) for port in PORTS)
     assert spec.check(data, triton_out, spec.reference(data)).passed
     assert first_difference(triton_out, pallas_out) is None

@@ -41,7 +41,7 @@ def fresh_inputs(case, device=DEVICE):
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
 @pytest.mark.parametrize("port", PORTS)
 def test_port_matches_float64_reference(port, case):
-    data = fresh_inputs(case, "cpu")
+    data = fresh_inputs(case)
     out = run_port(port, data)
     assert torch.isfinite(out).all(), "unwritten (NaN-poisoned) or non-finite elements"
     verdict = spec.check(data, out, spec.reference(data))
@@ -51,7 +51,7 @@ def test_port_matches_float64_reference(port, case):
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
 def test_triton_and_pallas_agree(case):
-    data = fresh_inputs(case, "cpu")
+    data = fresh_inputs(case)
     triton_out, pallas_out = (run_port(port, data) for port in PORTS)
     scale = spec.reference(data).abs().max()
     assert float((triton_out.double() - pallas_out.double()).abs().max()) <= 1e-3 * float(scale)
@@ -60,21 +60,21 @@ def test_triton_and_pallas_agree(case):
 @pytest.mark.parametrize("impl", ["torch_fp32", "jax_xla"])
 def test_library_baselines_match_reference(impl):
     case = SMOKE[1]
-    data = fresh_inputs(case, "cpu")
+    data = fresh_inputs(case)
     out = ports.custom_kernel("trimul", impl)(data)
     verdict = spec.check(data, out, spec.reference(data))
     assert verdict.passed and verdict.errors["rel_fro"] < 1e-5, verdict
 
 
 def test_custom_kernel_returns_torch_for_jax_port():
-    data = fresh_inputs(SMOKE[0], "cpu")
+    data = fresh_inputs(SMOKE[0])
     out = ports.custom_kernel("trimul", "pallas")(data)
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
     assert spec.check(data, out, spec.reference(data)).passed
 
 
 def test_check_rejects_nan_and_wrong_shape():
-    data = fresh_inputs(SMOKE[0], "cpu")
+    data = fresh_inputs(SMOKE[0])
     expected = spec.reference(data)
     poisoned = expected.float().clone()
     poisoned[0, 0, 0, 0] = float("nan")
@@ -118,7 +118,7 @@ def _mutations():
 @pytest.mark.parametrize("mutation", list(_mutations()))
 def test_bad_input_names_the_argument(impl, mutation):
     change, message = _mutations()[mutation]
-    data = change(*spec.make_inputs(SMOKE[0], 1, "cpu"))
+    data = change(*spec.make_inputs(SMOKE[0], 1, DEVICE))
     framework = spec.WORKLOAD.implementation(impl).framework
     function = spec.WORKLOAD.implementation(impl).load()
     with pytest.raises((TypeError, ValueError), match=message):
@@ -129,7 +129,7 @@ def test_bad_input_names_the_argument(impl, mutation):
 def test_sizes_the_kernels_cannot_tile_are_refused(port):
     case = dict(SMOKE[0], seqlen=20)
     with pytest.raises(ValueError, match="multiple of 16"):
-        run_port(port, spec.make_inputs(case, 1, "cpu"))
+        run_port(port, spec.make_inputs(case, 1, DEVICE))
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def test_cli_rejects_unknown_names_with_code_2(argv, capsys):
 @pytest.mark.parametrize("case", spec.TEST_CASES, ids=spec.case_name)
 @pytest.mark.parametrize("port", PORTS)
 def test_port_on_gpu_test_cases(port, case):
-    data = fresh_inputs(case, "cuda")
+    data = fresh_inputs(case)
     out = run_port(port, data)
     verdict = spec.check(data, out, spec.reference(data))
     assert verdict.passed, verdict.reason
