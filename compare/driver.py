@@ -45,6 +45,7 @@ class Settings:
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
     timed: bool = True
     timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler
+    timed_sets: tuple | None = None  # case sets to time when timed (None: all)
 
 
 @dataclass
@@ -203,7 +204,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     done = 0
     for case_set, case in jobs:
         name = workload.case_name(case)
-        timed = settings.timed and (case_set == "bench" or not on_gpu)
+        timed = settings.timed and (settings.timed_sets is None or case_set in settings.timed_sets)
         case_settings = Settings(**{**vars(settings), "timed": timed})
         pool_size = settings.pool if timed else 1
         pool = [workload.make_inputs(case, case["seed"] + p * POOL_SEED_STRIDE, device) for p in range(pool_size)]
