@@ -256,30 +256,6 @@ def trimul_jax_xla(data):
     return _jitted_forward(x, mask, weights, hidden=config["hidden_dim"])
 
 
-WORKLOAD = Workload(
-    name="trimul",
-    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},
-    make_inputs=make_inputs,
-    reference=reference,
-    check=check,
-    cost=cost,
-    case_name=case_name,
-    implementations=(
-        Implementation("triton", "torch", "triton", "Triton port (fp16 tensor cores, fp32 accumulate)",
-                       "triton_kernels.trimul:trimul"),
-        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering, fp16 tensor cores)",
-                       "pallas_kernels.trimul:trimul"),
-        Implementation("torch_fp32", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
-                       "ports.trimul:trimul_torch_fp32"),
-        Implementation("torch_compile", "torch", "library", "torch.compile of the fp32 reference",
-                       "ports.trimul:trimul_torch_compile"),
-        Implementation("jax_xla", "jax", "library", "jax.jit fp32 (XLA), precision HIGHEST",
-                       "ports.trimul:trimul_jax_xla"),
-    ),
-    baseline="torch_fp32",
-)
-
-
 @dataclass(frozen=True)
 class TriMulTiling:
     """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
@@ -324,3 +300,27 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     return TriMulTiling(rows=128, tile_dim=_largest_power_of_two_dividing(dim, 64),
                         tile_out=_largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
+
+
+WORKLOAD = Workload(
+    name="trimul",
+    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},
+    make_inputs=make_inputs,
+    reference=reference,
+    check=check,
+    cost=cost,
+    case_name=case_name,
+    implementations=(
+        Implementation("triton", "torch", "triton", "Triton port (fp16 tensor cores, fp32 accumulate)",
+                       "triton_kernels.trimul:trimul"),
+        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering, fp16 tensor cores)",
+                       "pallas_kernels.trimul:trimul"),
+        Implementation("torch_fp32", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
+                       "ports.trimul:trimul_torch_fp32"),
+        Implementation("torch_compile", "torch", "library", "torch.compile of the fp32 reference",
+                       "ports.trimul:trimul_torch_compile"),
+        Implementation("jax_xla", "jax", "library", "jax.jit fp32 (XLA), precision HIGHEST",
+                       "ports.trimul:trimul_jax_xla"),
+    ),
+    baseline="torch_fp32",
+)
