@@ -23,16 +23,17 @@ def print_table(record: dict, console: Console | None = None) -> None:
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
     table = Table(title=title, header_style="bold")
-    for column in ("set", "case", "impl", "verdict", "max abs", "max rel", "median ms", "IQR ms", "runs",
+    for column in ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
                    "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|triton-pallas|", "bitwise"):
-        table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict") else "right")
+        table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict", "error figures")
+                         else "right")
     for r in record["results"]:
         errors = r.get("errors", {})
         verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]"}[r["status"]]
         pair = cross.get((r["case_set"], r["case"]), {}) if r["language"] in ("triton", "pallas") else {}
         bitwise = {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
-        table.add_row(r["case_set"], r["case"], r["impl"], verdict, _number(errors.get("max_abs")),
-                      _number(errors.get("max_rel")), _number(r.get("median_ms")), _number(r.get("iqr_ms")),
+        figures = " ".join(f"{name}={_number(value)}" for name, value in errors.items())
+        table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-", _number(r.get("median_ms")), _number(r.get("iqr_ms")),
                       str(r.get("runs", "-")), _number(r.get("tflops"), 1), _number(r.get("tbps"), 2),
                       _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
                       _number(r.get("first_call_s"), 2), _number(pair.get("max_abs_diff")), bitwise)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 WORKLOAD_MODULES = {
     "trimul": "ports.trimul",
     "matmul": "ports.matmul",
+    "eigh": "ports.eigh",
 }
 
 
@@ -88,7 +89,11 @@ def to_framework(framework: str, inputs):
         if isinstance(value, torch.Tensor):
             if value.dtype == torch.int64:
                 value = value.to(torch.int32)
-            return jax.dlpack.from_dlpack(value.contiguous())
+            converted = jax.dlpack.from_dlpack(value.contiguous())
+            if str(converted.dtype) != str(value.dtype).replace("torch.", ""):
+                raise TypeError(f"a {value.dtype} tensor would reach JAX as {converted.dtype} "
+                                "(64-bit types need jax_enable_x64)")
+            return converted
         if isinstance(value, dict):
             return {k: convert(v) for k, v in value.items()}
         if isinstance(value, (tuple, list)):
@@ -99,9 +104,12 @@ def to_framework(framework: str, inputs):
 
 
 def to_torch(output):
-    """A framework's output as a torch tensor (DLPack for JAX arrays, no copy on the GPU)."""
+    """A framework's output as torch tensors (DLPack for JAX arrays, no copy on the GPU);
+    tuples and lists of outputs are converted element by element."""
     import torch
 
+    if isinstance(output, (tuple, list)):
+        return type(output)(to_torch(value) for value in output)
     if isinstance(output, torch.Tensor):
         return output
     return torch.from_dlpack(output)
