@@ -1,10 +1,12 @@
 """Run every selected implementation of a workload over its cases: check, time, record.
 
 Honest timing, the same for torch and JAX implementations:
-- a pool of distinct seeded input sets per case; the first call (compile included, reported
-  apart) and a warm-up call use different sets, and timed iterations rotate through the pool,
-  so an implementation that returns an earlier call's answer fails its checks;
-- every timed output is checked against that input's float64 reference, outside the timing;
+- a pool of distinct seeded input sets per case, each with its float64 reference; the first
+  call (compile included, reported apart) and a warm-up call use sets 0 and 1; every timed call
+  gets a never-seen input made from a pool set by the workload's `vary` (a random symmetry of
+  the problem, e.g. a permutation, whose answer follows from the reference), so an
+  implementation that returns an earlier call's answer, by any key, fails its checks;
+- every timed output is checked against its own reference, outside the timing;
 - before each timed call the L2 is flushed (a 256 MiB write) and the device synchronised;
   the time is the host clock from there to a device-wide synchronisation after the call
   (CUDA events would miss work on XLA's own streams);
@@ -96,8 +98,9 @@ class Synchroniser:
     def wait(self, output=None):
         import torch
 
-        if output is not None and hasattr(output, "block_until_ready"):
-            output.block_until_ready()
+        for value in output if isinstance(output, (tuple, list)) else (output,):
+            if hasattr(value, "block_until_ready"):
+                value.block_until_ready()
         if self.on_gpu:
             torch.cuda.synchronize()
 
@@ -115,13 +118,14 @@ def _error_text(error: BaseException) -> str:
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
     """One implementation on one case. Returns (result dict, first output as torch or None)."""
+    import torch
+
     result = {"impl": impl.name, "framework": impl.framework, "language": impl.language}
     try:
         function = impl.load()
-        native = [to_framework(impl.framework, inputs) for inputs in pool]
         sync.wait()
         start = time.perf_counter()
-        first = function(native[0])
+        first = function(to_framework(impl.framework, pool[0]))
         sync.wait(first)
         result["first_call_s"] = time.perf_counter() - start
         first = to_torch(first)
@@ -129,26 +133,31 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors)
         if not verdict.passed or not settings.timed:
             return result, first
-        sync.wait(function(native[1 % len(pool)]))  # warm-up on another input set
+        sync.wait(function(to_framework(impl.framework, pool[1 % len(pool)])))  # warm-up on another set
         times, failures = [], []
+        generator = torch.Generator().manual_seed(len(pool))
         begun = time.perf_counter()
         while len(times) < settings.max_iters and (
                 len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds):
             member = (len(times) + 2) % len(pool)
+            data, expected = workload.vary(pool[member], references[member], generator)
+            inputs = to_framework(impl.framework, data)
             sync.flush()
             if settings.timer == "kernels":
-                output, kernels = profiled_calls(function, native[member])
+                output, kernels = profiled_calls(function, inputs)
                 times.append(sum(kernels.values()) / 1e3)
+                if not kernels:
+                    failures.append(f"timed run {len(times)}: the call launched no GPU kernel")
             else:
                 start = time.perf_counter()
-                output = function(native[member])
+                output = function(inputs)
                 sync.wait(output)
                 times.append(time.perf_counter() - start)
-            timed_verdict = workload.check(pool[member], to_torch(output), references[member])
+            timed_verdict = workload.check(data, to_torch(output), expected)
             if not timed_verdict.passed:
-                failures.append(f"timed run {len(times)} (input set {member}): {timed_verdict.reason}")
-            del output
-        quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+                failures.append(f"timed run {len(times)} (from input set {member}): {timed_verdict.reason}")
+            del output, inputs, data, expected
+        quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
         result.update(times_ms=[t * 1e3 for t in times], median_ms=statistics.median(times) * 1e3,
                       iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(times),
                       timed_checks=f"{len(times) - len(failures)}/{len(times)} passed")
@@ -161,12 +170,15 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
 
 
 def compare_outputs(a, b) -> dict:
-    """Largest difference between two implementations' outputs, and whether they agree bitwise."""
-    if a.shape != b.shape:
+    """Largest difference between two implementations' outputs (tensors, or tuples of tensors
+    compared element by element), and whether they agree bitwise."""
+    pairs = list(zip(a, b)) if isinstance(a, (tuple, list)) else [(a, b)]
+    if any(x.shape != y.shape for x, y in pairs) or len(pairs) != (len(a) if isinstance(a, (tuple, list)) else 1):
         return {"max_abs_diff": math.nan, "bitwise_equal": False, "first_difference": None}
-    difference = first_difference(a.detach().cpu(), b.detach().cpu())
-    return {"max_abs_diff": float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()),
-            "bitwise_equal": difference is None, "first_difference": difference}
+    differences = [first_difference(x.detach().cpu(), y.detach().cpu()) for x, y in pairs]
+    first = next((d for d in differences if d), None)
+    return {"max_abs_diff": max((d["max_abs_diff"] for d in differences if d), default=0.0),
+            "bitwise_equal": first is None, "first_difference": first}
 
 
 def property_results(workload: Workload, impl: Implementation, device: str, sizes: dict) -> list[dict]:
@@ -215,7 +227,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             done += 1
             result, first = measure(workload, impl, case, pool, references, sync, case_settings)
             result.update(case_set=case_set, case=name, params=case, flops=flops, min_bytes=min_bytes)
-            if "median_ms" in result:
+            if result["status"] == "pass" and result.get("median_ms"):
                 seconds = result["median_ms"] / 1e3
                 result.update(tflops=flops / seconds / 1e12, tbps=min_bytes / seconds / 1e12)
                 if info["ceilings"]:
@@ -223,7 +235,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                     result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
             recorder.record["results"].append(result)
             recorder.save()
-            if impl.language in ("triton", "pallas") and first is not None:
+            if impl.language in ("triton", "pallas") and result["status"] == "pass":
                 ported.setdefault(impl.language, (impl.name, first))
             timing = f" {result['median_ms']:.3f} ms" if "median_ms" in result else ""
             progress(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: {result['status']}"
@@ -231,8 +243,12 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             del first
         if "triton" in ported and "pallas" in ported:
             (a_name, a), (b_name, b) = ported["triton"], ported["pallas"]
+            try:
+                comparison = compare_outputs(a, b)
+            except Exception as error:  # noqa: BLE001 - recorded; the run goes on
+                comparison = {"max_abs_diff": math.nan, "bitwise_equal": False, "error": _error_text(error)}
             recorder.record["cross"].append({"case_set": case_set, "case": name, "pair": [a_name, b_name],
-                                             **compare_outputs(a, b)})
+                                             **comparison})
             recorder.save()
         del pool, references, ported
         if on_gpu:
@@ -255,14 +271,15 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
 
 
 def summarise(record: dict, baseline: str) -> dict:
-    """Speed-ups against the baseline per case, and per implementation the geometric mean of
-    median times over each case set where every case passed and was timed."""
+    """Speed-ups of passing results against the passing baseline per case, and per implementation
+    the geometric mean of median times over each case set where every case passed and was timed."""
     medians = {}
     for result in record["results"]:
-        medians[(result["case_set"], result["case"], result["impl"])] = result.get("median_ms")
+        if result["status"] == "pass":
+            medians[(result["case_set"], result["case"], result["impl"])] = result.get("median_ms")
     for result in record["results"]:
         base = medians.get((result["case_set"], result["case"], baseline))
-        if result.get("median_ms") and base:
+        if result["status"] == "pass" and result.get("median_ms") and base:
             result["speedup"] = base / result["median_ms"]
     summary = {}
     for (case_set, impl) in {(r["case_set"], r["impl"]) for r in record["results"]}:

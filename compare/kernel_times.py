@@ -55,15 +55,19 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("kernel_times needs a CUDA GPU", file=sys.stderr)
         return 2
-    workload = get_workload(args.workload)
-    case_set, index = args.case.split(":")
-    case = workload.cases[case_set][int(index)]
+    try:
+        workload = get_workload(args.workload)
+        case_set, index = args.case.split(":")
+        case = workload.cases[case_set][int(index)]
+        impls = [workload.implementation(name) for name in args.impl.split(",")]
+    except (KeyError, ValueError, IndexError) as error:
+        print(f"bad argument: {error}; --case is SET:INDEX, e.g. bench:0", file=sys.stderr)
+        return 2
     inputs = workload.make_inputs(case, case["seed"], "cuda")
     print(f"{args.workload} {workload.case_name(case)}: mean GPU time per call, {args.runs} calls")
-    for name in args.impl.split(","):
-        impl = workload.implementation(name)
+    for impl in impls:
         times = kernel_times(impl.load(), to_framework(impl.framework, inputs), args.runs)
-        print(f"{name}: {sum(times.values()):.3f} ms in kernels")
+        print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
         for kernel, ms in times.items():
             print(f"  {ms:9.3f} ms  {kernel[:100]}")
     return 0

@@ -33,7 +33,9 @@ def print_table(record: dict, console: Console | None = None) -> None:
         pair = cross.get((r["case_set"], r["case"]), {}) if r["language"] in ("triton", "pallas") else {}
         bitwise = {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
         figures = " ".join(f"{name}={_number(value)}" for name, value in errors.items())
-        table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-", _number(r.get("median_ms")), _number(r.get("iqr_ms")),
+        passed = r["status"] == "pass"  # a failing result's time is in the JSON, not shown as a speed
+        table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-",
+                      _number(r.get("median_ms") if passed else None), _number(r.get("iqr_ms") if passed else None),
                       str(r.get("runs", "-")), _number(r.get("tflops"), 1), _number(r.get("tbps"), 2),
                       _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
                       _number(r.get("first_call_s"), 2), _number(pair.get("max_abs_diff")), bitwise)
@@ -61,13 +63,13 @@ def print_table(record: dict, console: Console | None = None) -> None:
 
 
 def plot(record: dict, path) -> None:
-    """Grouped bars: median time per case per implementation, log scale."""
+    """Grouped bars: median time per case per implementation (passing results only), log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    timed = [r for r in record["results"] if r.get("median_ms")]
+    timed = [r for r in record["results"] if r.get("median_ms") and r["status"] == "pass"]
     cases = list(dict.fromkeys(f"{r['case_set']}:{r['case']}" for r in timed))
     impls = list(dict.fromkeys(r["impl"] for r in timed))
     width = 0.8 / max(len(impls), 1)

@@ -47,19 +47,17 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
 
 @functools.partial(jax.jit, static_argnames=("out", "interpret"))
 def _matmul(a, b, *, out, interpret):
-    (m, k), n = a.shape, b.shape[1]
-    tiles = matmul_tiling(m)
-    padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
-    a_padded = jnp.pad(a, ((0, padded_m - m), (0, 0))) if padded_m != m else a
-    c = pl.pallas_call(
+    """a has a multiple of tile_m rows (matmul pads it)."""
+    (padded_m, k), n = a.shape, b.shape[1]
+    tiles = matmul_tiling(padded_m)
+    return pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
                           group_m=tiles.group_m),
         out_shape=jax.ShapeDtypeStruct((padded_m, n), jnp.float32 if out == "float32" else a.dtype),
         grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n),),
         compiler_params=pltriton.CompilerParams(num_warps=tiles.warps, num_stages=tiles.stages),
         interpret=interpret, name="batch_invariant_matmul",
-    )(a_padded, b)
-    return c[:m] if padded_m != m else c
+    )(a, b)
 
 
 def matmul(data):
@@ -69,4 +67,11 @@ def matmul(data):
     """
     validate(data)
     a, b, out = data
-    return _matmul(a, b, out=out, interpret=jax.default_backend() != "gpu")
+    m = a.shape[0]
+    tile_m = matmul_tiling(m).tile_m
+    padded_m = pl.cdiv(m, tile_m) * tile_m
+    if padded_m == m:
+        return _matmul(a, b, out=out, interpret=jax.default_backend() != "gpu")
+    # padded outside the jitted function, so it compiles once per padded size, not once per M
+    a_padded = jnp.pad(a, ((0, padded_m - m), (0, 0)))
+    return _matmul(a_padded, b, out=out, interpret=jax.default_backend() != "gpu")[:m]

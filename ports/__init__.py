@@ -1,7 +1,8 @@
 """The one interface: workloads, their implementations, and the bridge between frameworks.
 
 A workload (one module per workload in this package) is data plus a few functions:
-cases, make_inputs, reference, check, cost, validate. An implementation is a function
+cases, make_inputs, reference, check, cost (and, in its module, a `validate` that its
+implementations call on their input). An implementation is a function
 registered against a workload with its framework (torch | jax) and language
 (triton | pallas | library); it is imported only when used, so listing what exists
 needs neither Triton nor JAX.
@@ -55,6 +56,9 @@ class Workload:
     case_name: Callable[[dict], str]
     implementations: tuple[Implementation, ...]
     baseline: str  # the implementation speed-ups are measured against
+    # vary(inputs, reference, generator) -> (inputs, reference): a never-seen input whose answer
+    # follows cheaply from a known one (a random symmetry of the problem), for every timed call
+    vary: Callable[[Any, Any, Any], tuple[Any, Any]] = None
     # optional checks beyond agreement: properties(function, convert, device, sizes) -> [dict],
     # with sizes picked from property_sizes["gpu"] or ["cpu"]
     properties: Callable | None = None
@@ -66,6 +70,11 @@ class Workload:
                 return impl
         valid = ", ".join(i.name for i in self.implementations)
         raise KeyError(f"unknown implementation {name!r} for {self.name}; valid: {valid}")
+
+
+def dtype_name(value) -> str:
+    """'float32' for a torch tensor or a JAX array alike."""
+    return str(value.dtype).replace("torch.", "")
 
 
 def get_workload(name: str) -> Workload:
@@ -161,7 +170,8 @@ def bit_view(tensor):
     """The tensor's bits as integers, so that equality is bitwise (NaN == NaN, -0 != +0)."""
     import torch
 
-    return tensor.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+    integer = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.contiguous().view(integer)
 
 
 def first_difference(x, y):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ports import Check, Implementation, Workload, first_difference
+from ports import Check, Implementation, Workload, dtype_name, first_difference
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OUTPUTS = ("same", "float32")
@@ -60,10 +60,6 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     return a, b, case["out"]
 
 
-def _dtype_name(value) -> str:
-    return str(value.dtype).replace("torch.", "")
-
-
 def validate(data) -> None:
     """Raise a ValueError or TypeError naming the argument when `data` is not (a, b, out)."""
     if not isinstance(data, (tuple, list)) or len(data) != 3:
@@ -75,8 +71,8 @@ def validate(data) -> None:
         raise ValueError(f"a is [M, K] = {tuple(a.shape)} but b is [K, N] = {tuple(b.shape)}: K differs")
     if min(a.shape[0], a.shape[1], b.shape[1]) < 1:
         raise ValueError(f"M, N and K must be at least 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
-    if _dtype_name(a) not in DTYPES or _dtype_name(b) != _dtype_name(a):
-        raise TypeError(f"a and b must both be bfloat16 or both float16, got {_dtype_name(a)} and {_dtype_name(b)}")
+    if dtype_name(a) not in DTYPES or dtype_name(b) != dtype_name(a):
+        raise TypeError(f"a and b must both be bfloat16 or both float16, got {dtype_name(a)} and {dtype_name(b)}")
     if out not in OUTPUTS:
         raise ValueError(f"out must be one of {OUTPUTS}, got {out!r}")
 
@@ -97,7 +93,7 @@ def check(data, output, expected) -> Check:
     if tuple(output.shape) != tuple(expected.shape):
         return Check(False, reason=f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
     if output.dtype != output_dtype(data):
-        return Check(False, reason=f"output dtype {_dtype_name(output)}, expected {output_dtype(data)}")
+        return Check(False, reason=f"output dtype {dtype_name(output)}, expected {output_dtype(data)}")
     out = output.detach().to(device=expected.device, dtype=torch.float64)
     diff = (out - expected).abs().nan_to_num(nan=float("inf"))
     scale = expected.abs() + expected.square().mean().sqrt()
@@ -193,6 +189,13 @@ def properties(function, convert, device, sizes: dict) -> list[dict]:
     return results
 
 
+def vary(data, expected, gen):
+    """Permuting the rows of A permutes the rows of C: a new input for the price of a gather."""
+    a, b, out = data
+    order = torch.randperm(a.shape[0], generator=gen, device="cpu").to(a.device)
+    return (a[order], b, out), expected[order]
+
+
 def matmul_torch(data):
     """cuBLAS through torch (fp32 output through torch.mm's out_dtype on CUDA)."""
     validate(data)
@@ -241,6 +244,7 @@ WORKLOAD = Workload(
         Implementation("jax_xla", "jax", "library", "jnp.matmul under jax.jit (XLA)", "ports.matmul:matmul_xla"),
     ),
     baseline="torch",
+    vary=vary,
     properties=properties,
     property_sizes=PROPERTY_SIZES,
 )

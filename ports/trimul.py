@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ports import Check, Implementation, Workload, allclose_check
+from ports import Check, Implementation, Workload, allclose_check, dtype_name
 
 LAYER_NORM_EPS = 1e-5
 TOLERANCE = 2e-2  # GPU MODE's rtol = atol
@@ -114,10 +114,6 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     return x, mask, weights, {"dim": dim, "hidden_dim": hidden}
 
 
-def _dtype_name(value) -> str:
-    return str(value.dtype).replace("torch.", "")
-
-
 def validate(data) -> None:
     """Raise a ValueError or TypeError naming the argument when `data` is not a TriMul input.
 
@@ -128,13 +124,13 @@ def validate(data) -> None:
     x, mask, weights, config = data
     if len(x.shape) != 4 or x.shape[1] != x.shape[2]:
         raise ValueError(f"x must have shape [B, N, N, dim], got {tuple(x.shape)}")
-    if _dtype_name(x) != "float32":
-        raise TypeError(f"x must be float32, got {_dtype_name(x)}")
+    if dtype_name(x) != "float32":
+        raise TypeError(f"x must be float32, got {dtype_name(x)}")
     batch, seq, _, dim = x.shape
     if tuple(mask.shape) != (batch, seq, seq):
         raise ValueError(f"mask must have shape {(batch, seq, seq)} to match x, got {tuple(mask.shape)}")
-    if _dtype_name(mask) == "bool" or "complex" in _dtype_name(mask):
-        raise TypeError(f"mask must be a real float or integer tensor of 0/1, got {_dtype_name(mask)}")
+    if dtype_name(mask) == "bool" or "complex" in dtype_name(mask):
+        raise TypeError(f"mask must be a real float or integer tensor of 0/1, got {dtype_name(mask)}")
     if not isinstance(config, dict) or "hidden_dim" not in config:
         raise TypeError("config must be a dict with 'hidden_dim' (and 'dim')")
     hidden = config["hidden_dim"]
@@ -148,8 +144,8 @@ def validate(data) -> None:
             raise ValueError(f"weights[{name!r}] is missing")
         if tuple(weights[name].shape) != shape:
             raise ValueError(f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}")
-        if _dtype_name(weights[name]) != "float32":
-            raise TypeError(f"weights[{name!r}] must be float32, got {_dtype_name(weights[name])}")
+        if dtype_name(weights[name]) != "float32":
+            raise TypeError(f"weights[{name!r}] must be float32, got {dtype_name(weights[name])}")
 
 
 def _forward_torch(x, mask, weights, hidden: int):
@@ -185,6 +181,15 @@ def cost(case: dict) -> tuple[float, float]:
     mask_bytes = 4 if case["nomask"] else 8  # GPU MODE: float32 ones, or int64 0/1
     weight_bytes = 4 * (6 * hidden * dim + 2 * dim + 2 * hidden)
     return float(flops), float(pairs * dim * 4 * 2 + pairs * mask_bytes + weight_bytes)
+
+
+def vary(data, expected, gen):
+    """TriMul commutes with one permutation of the sequence axis applied to i, j and k alike:
+    permuting x and the mask permutes the answer the same way, so a new input costs a gather."""
+    x, mask, weights, config = data
+    order = torch.randperm(x.shape[1], generator=gen, device="cpu").to(x.device)
+    permute = lambda t: t[:, order][:, :, order]  # noqa: E731
+    return (permute(x), permute(mask), weights, config), permute(expected)
 
 
 def trimul_torch_fp32(data):
@@ -323,4 +328,5 @@ WORKLOAD = Workload(
                        "ports.trimul:trimul_jax_xla"),
     ),
     baseline="torch_fp32",
+    vary=vary,
 )

@@ -77,3 +77,10 @@ def test_cases_are_gpumode_lists():
     assert len(spec.TEST_CASES) == 39 and len(spec.BENCH_CASES) == 13
     families = {c["family"] for c in spec.TEST_CASES}
     assert families == set(spec.FAMILIES) | set(spec.LAPACK_TYPES)
+
+
+def test_vary_gives_new_data_with_the_answer_it_claims():
+    a = spec.make_inputs(SMOKE[0], 5, DEVICE)
+    varied, expected = spec.vary(a, spec.reference(a), torch.Generator().manual_seed(3))
+    assert not torch.equal(varied, a)
+    assert torch.allclose(expected, spec.reference(varied), rtol=0, atol=1e-12)

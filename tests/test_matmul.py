@@ -134,3 +134,10 @@ def test_full_property_sweep_on_gpu(port):
     results = spec.properties(lambda d: to_torch(function(d)), lambda *d: to_framework(impl.framework, d),
                               "cuda", spec.PROPERTY_SIZES["gpu"])
     assert all(r["passed"] for r in results), results
+
+
+def test_vary_gives_new_data_with_the_answer_it_claims():
+    data = fresh_inputs(spec.SMOKE_CASES[2])
+    varied, expected = spec.vary(data, spec.reference(data), torch.Generator().manual_seed(3))
+    assert not torch.equal(varied[0], data[0])
+    assert torch.equal(expected, spec.reference(varied))

@@ -141,6 +141,15 @@ def cached_trimul(data, _memory={}):
     return _memory["out"]
 
 
+def address_cached_trimul(data, _memory={}):
+    """A subtler cheat: remembers each answer by the input's address and returns it when the same
+    tensor comes back (rotating through a fixed pool of inputs would let it look fast)."""
+    key = data[0].data_ptr()
+    if key not in _memory:
+        _memory[key] = spec.trimul_torch_fp32(data)
+    return _memory[key].clone()
+
+
 def raising_trimul(data):
     raise RuntimeError("planted failure")
 
@@ -158,6 +167,18 @@ def planted_workload(*names):
                     for name in names)
     return dataclasses.replace(spec.WORKLOAD, cases={"smoke": SMOKE[:1]},
                                implementations=spec.WORKLOAD.implementations + planted)
+
+
+def test_driver_never_times_a_call_on_seen_data(tmp_path):
+    settings = Settings(pool=2, min_iters=6, max_iters=6, min_seconds=0.0, timed=True)
+    record = run(planted_workload("address_cached"), ["address_cached"], ["smoke"], tmp_path / "r.json",
+                 settings, progress=lambda message: None)
+    result = record["results"][0]
+    # an address can come back (allocators reuse memory), but never with data seen before: a hit
+    # returns another input's answer and the timed check catches it; a miss computes honestly
+    calls = 2 + 6
+    hits = calls - len(address_cached_trimul.__defaults__[0])
+    assert (result["status"] == "fail") == (hits > 0)
 
 
 def test_driver_reports_cached_result_as_failing_not_fast(tmp_path):
@@ -213,3 +234,10 @@ def test_port_on_gpu_test_cases(port, case):
     out = run_port(port, data)
     verdict = spec.check(data, out, spec.reference(data))
     assert verdict.passed, verdict.reason
+
+
+def test_vary_gives_new_data_with_the_answer_it_claims():
+    data = fresh_inputs(SMOKE[1])
+    varied, expected = spec.vary(data, spec.reference(data), torch.Generator().manual_seed(3))
+    assert not torch.equal(varied[0], data[0])
+    assert torch.allclose(expected, spec.reference(varied), rtol=1e-12, atol=1e-12)
