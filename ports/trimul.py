@@ -192,16 +192,21 @@ def vary(data, expected, gen):
     return (permute(x), permute(mask), weights, config), permute(expected)
 
 
-def trimul_torch_fp32(data):
-    """The GPU MODE reference: torch eager, float32, TF32 off."""
+def _run_without_tf32(forward, data):
+    """forward(x, mask, weights, hidden) with TF32 matmuls off, as GPU MODE's reference runs."""
     validate(data)
     x, mask, weights, config = data
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        return _forward_torch(x, mask, weights, config["hidden_dim"])
+        return forward(x, mask, weights, config["hidden_dim"])
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def trimul_torch_fp32(data):
+    """The GPU MODE reference: torch eager, float32, TF32 off."""
+    return _run_without_tf32(_forward_torch, data)
 
 
 _compiled_forward = None
@@ -214,14 +219,7 @@ def trimul_torch_compile(data):
         # one graph per shape: the default limit of 8 would fall back to eager on the test cases
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         _compiled_forward = torch.compile(_forward_torch, dynamic=False)
-    validate(data)
-    x, mask, weights, config = data
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        return _compiled_forward(x, mask, weights, config["hidden_dim"])
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    return _run_without_tf32(_compiled_forward, data)
 
 
 def _forward_jax(x, mask, weights, hidden: int):
