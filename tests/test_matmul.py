@@ -141,3 +141,11 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
     varied, expected = spec.vary(data, spec.reference(data), torch.Generator().manual_seed(3))
     assert not torch.equal(varied[0], data[0])
     assert torch.equal(expected, spec.reference(varied))
+
+
+def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
+    from compare.matmul_tilings import TILINGS, main
+
+    assert main(["--m", "9", "--n", "40", "--k", "70"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 + len(TILINGS) and "equal to the first" in lines[1]
