@@ -59,6 +59,9 @@ class Workload:
     # vary(inputs, reference, generator) -> (inputs, reference): a never-seen input whose answer
     # follows cheaply from a known one (a random symmetry of the problem), for every timed call
     vary: Callable[[Any, Any, Any], tuple[Any, Any]] = None
+    # the part of an output the Triton and Pallas ports must agree on (default: all of it);
+    # eigh compares eigenvalues only, since eigenvectors are unique only up to sign and rotation
+    comparable: Callable[[Any], Any] = None  # None: the whole output
     # optional checks beyond agreement: properties(function, convert, device, sizes) -> [dict],
     # with sizes picked from property_sizes["gpu"] or ["cpu"]
     properties: Callable | None = None

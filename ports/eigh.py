@@ -11,14 +11,17 @@ identities computed in float64, with eps the float32 machine epsilon and ||.||_1
   ||Q^T Q - I||_1       <= 100 n eps
   L ascending within 100 n eps max(|L|_inf, ||A||_1 / n) (the issue's max(|L|, 1), without the
   floor of 1, which would let tiny matrices pass in any order)
-  |L - L64|_inf         <= n eps max(||L64||_inf, ||A||_1 / n, 1), L64 the float64 eigenvalues
-and everything finite. The error figures are the residuals divided by their allowances' scale
+  |L - L64|_inf         <= 200 n eps max(||L64||_inf, ||A||_1 / n, 1), L64 the float64 eigenvalues
+and everything finite. (The issue's text gives the eigenvalue gate without a factor; GPU MODE's
+checker, whose checks the issue asks for, uses 200, and so do we: at a factor of 1 even an
+accurate fp32 Jacobi, 20 to 25 eps ||A|| off, fails at n = 16.) The error figures are the residuals divided by their allowances' scale
 (n eps times the norm), so a figure below the factor (200, 400, 100, 1) passes.
 
 The case families follow GPU MODE's generators (dense with optional row/column scaling, planted
 spectra, PSD, rank-deficient, near-rank-deficient, repeated, clustered, diagonal, banded,
 row-scaled, mixed batches, and LAPACK DDRVST-style types), written here from their definitions.
-No kernel port exists yet: the library baselines are registered, and the ports are to come.
+The Triton and Pallas ports so far cover n <= 64 (parallel-order Jacobi on chip); larger n is
+refused with a ValueError until a blocked algorithm is written.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import torch
 from ports import Check, Implementation, Workload, dtype_name
 
 EPS = torch.finfo(torch.float32).eps
-RESIDUAL_FACTOR, RECONSTRUCTION_FACTOR, ORTHOGONALITY_FACTOR, ORDER_FACTOR, EIGENVALUE_FACTOR = 200, 400, 100, 100, 1
+RESIDUAL_FACTOR, RECONSTRUCTION_FACTOR, ORTHOGONALITY_FACTOR, ORDER_FACTOR, EIGENVALUE_FACTOR = 200, 400, 100, 100, 200
 SYMMETRY_TOLERANCE = 1e-4  # max |A - A^T| relative to max |A|
 
 
@@ -306,6 +309,18 @@ def vary(a, eigenvalues64, gen):
     return a[:, order][:, :, order].contiguous(), eigenvalues64
 
 
+JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps is typical
+JACOBI_MAX_N = 64  # the on-chip ports hold A, V and one rotation matrix in registers
+
+
+def jacobi_size(n: int) -> int:
+    """The power of two (at least 16, the smallest matrix-product tile) the Jacobi ports pad n to,
+    or a ValueError naming n when it is beyond them."""
+    if n > JACOBI_MAX_N:
+        raise ValueError(f"the Jacobi ports handle n <= {JACOBI_MAX_N} so far, got n = {n}")
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def eigh_torch(a):
     """torch.linalg.eigh (cuSOLVER on the GPU)."""
     validate(a)
@@ -341,9 +356,14 @@ WORKLOAD = Workload(
     cost=cost,
     case_name=case_name,
     implementations=(
+        Implementation("triton", "torch", "triton", "Triton port: on-chip parallel Jacobi (n <= 64 so far)",
+                       "triton_kernels.eigh:eigh"),
+        Implementation("pallas", "jax", "pallas", "Pallas port: on-chip parallel Jacobi (n <= 64 so far)",
+                       "pallas_kernels.eigh:eigh"),
         Implementation("torch", "torch", "library", "torch.linalg.eigh (cuSOLVER)", "ports.eigh:eigh_torch"),
         Implementation("jax", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),
     ),
     baseline="jax",
     vary=vary,
+    comparable=lambda output: output[1],
 )

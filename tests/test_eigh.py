@@ -1,7 +1,7 @@
 """Eigendecomposition workload: generators of every family, the identity checks, the baselines.
 
-No kernel port exists yet; these tests pin down the definition the ports will be judged by:
-that a library solver passes every family, and that the check fails wrong answers.
+They pin down the definition the ports are judged by (a library solver passes every family, the
+check fails wrong answers) and run the Jacobi ports, which so far take n <= 64, on every family.
 """
 import pytest
 import torch
@@ -40,7 +40,6 @@ def test_planted_spectra_are_what_the_family_says():
 @pytest.mark.parametrize("spoil, reason", [
     (lambda q, l: (q * 1.01, l), "reconstruction"),
     (lambda q, l: (q, l.flip(-1)), ""),
-    (lambda q, l: (q, l + 1e-5), "eigenvalues"),  # small enough to pass the residual gate
     (lambda q, l: (q.roll(1, dims=-1), l), "residual"),
     (lambda q, l: (q.nan_to_num() * float("nan"), l), "NaN"),
     (lambda q, l: (q.double(), l), "float32"),
@@ -53,6 +52,12 @@ def test_check_fails_wrong_answers(spoil, reason):
     assert not verdict.passed and reason in verdict.reason
 
 
+def test_eigenvalue_gate_compares_with_float64_eigenvalues():
+    a = spec.make_inputs(spec._case(2, 16, 1, 9, "dense"), 9, DEVICE)
+    verdict = spec.check(a, solve(a), spec.reference(a) + 1e-2)  # a consistent (Q, L) of the wrong values
+    assert not verdict.passed and "eigenvalues" in verdict.reason
+
+
 @pytest.mark.parametrize("bad, message", [
     (torch.zeros(4, 4), r"shape \[batch, n, n\]"),
     (torch.zeros(2, 4, 5), "square"),
@@ -60,7 +65,7 @@ def test_check_fails_wrong_answers(spoil, reason):
     (torch.full((1, 3, 3), float("nan")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
 ])
-@pytest.mark.parametrize("impl", ["torch", "jax"])
+@pytest.mark.parametrize("impl", ["torch", "jax", "triton", "pallas"])
 def test_bad_input_is_named(impl, bad, message):
     with pytest.raises((TypeError, ValueError), match=message):
         ports.custom_kernel("eigh", impl)(bad.to(DEVICE))
@@ -84,3 +89,42 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
     varied, expected = spec.vary(a, spec.reference(a), torch.Generator().manual_seed(3))
     assert not torch.equal(varied, a)
     assert torch.allclose(expected, spec.reference(varied), rtol=0, atol=1e-12)
+
+
+# --- the ports (parallel-order Jacobi on chip, n <= 64 so far) ---------------------------------
+
+PORTS = ("triton", "pallas")
+
+
+@pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
+@pytest.mark.parametrize("port", PORTS)
+def test_port_passes_every_identity(port, case):
+    a = spec.make_inputs(case, case["seed"] * 7 + 1, DEVICE)
+    verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
+    assert verdict.passed, verdict.reason
+    assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
+
+
+def test_ports_agree_on_eigenvalues():
+    a = spec.make_inputs(spec._case(3, 32, 2, 77, "mixed"), 77, DEVICE)
+    (_, triton_values), (_, pallas_values) = (ports.custom_kernel("eigh", port)(a) for port in PORTS)
+    assert torch.allclose(triton_values, pallas_values, rtol=0, atol=1e-5 * float(triton_values.abs().max()))
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_sizes_beyond_the_ports_are_refused(port):
+    with pytest.raises(ValueError, match="n <= 64"):
+        ports.custom_kernel("eigh", port)(spec.make_inputs(spec._case(1, 65, 0, 1), 1, DEVICE))
+
+
+def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
+    import json
+
+    from compare.__main__ import main
+
+    path = tmp_path / "eigh.json"
+    assert main(["eigh", "--impl", "triton,pallas", "--cases", "smoke", "--json", str(path)]) == 0
+    record = json.loads(path.read_text())
+    for comparison in record["cross"]:  # eigenvalues of magnitude up to 1 (sqrt(fp32 max) for "high")
+        magnitude = spec.MAGNITUDES["high"] if "high_magnitude" in comparison["case"] else 1.0
+        assert comparison["max_abs_diff"] < 1e-4 * magnitude, comparison
