@@ -3,8 +3,8 @@
 One program per matrix (n <= 64 so far, padded to a power of two N >= 16) holds A and the
 accumulated rotations V. A sweep is N - 1 rounds of the round-robin pairing; each round's N/2
 disjoint plane rotations form one orthogonal J, applied as A <- J^T A J and V <- V J with fp32
-products at precision HIGHEST (IEEE, no TF32), A re-symmetrised after each round. The matrix is
-scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below eps. Sorting the
+products at precision HIGHEST (IEEE, no TF32), A symmetrised at the start and after each round.
+The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below eps. Sorting the
 eigenvalues is glue outside the kernel.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
     scale = jnp.max(jnp.max(jnp.abs(a), axis=1), axis=0)  # one axis at a time, as Triton reduces
     scale = jnp.where(scale > 0, scale, 1.0)
     a = a / scale
+    a = 0.5 * (a + a.T)  # exactly symmetric from the start: both rows of a pair must agree on J
 
     def off_diagonal(a):
         return jnp.max(jnp.max(jnp.abs(a) * (1.0 - eye), axis=1), axis=0)
@@ -96,4 +97,7 @@ def eigh(a):
     Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
     """
     validate(a)
+    if a.shape[0] == 0:
+        jacobi_size(a.shape[-1])
+        return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
     return _eigh(a, interpret=jax.default_backend() != "gpu")

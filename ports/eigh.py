@@ -251,8 +251,9 @@ def validate(a) -> None:
 
 
 def reference(a):
-    """The float64 eigenvalues; the eigenvectors are judged by the identities, not against a reference."""
-    return torch.linalg.eigvalsh(a.to(torch.float64))
+    """The float64 eigenvalues of A's symmetric part (A is symmetric up to roundoff); the
+    eigenvectors are judged by the identities, not against a reference."""
+    return torch.linalg.eigvalsh(_symmetric(a.to(torch.float64)))
 
 
 def _norm1(m):
@@ -271,7 +272,7 @@ def check(a, output, eigenvalues64) -> Check:
             return Check(False, reason=f"{name} must be float32 of shape {shape}, got {got}")
         if not bool(torch.isfinite(tensor).all()):
             return Check(False, reason=f"{name} contains NaN or Inf")
-    a64 = a.to(torch.float64)
+    a64 = _symmetric(a.to(torch.float64))  # the matrix whose eigenvalues `reference` gives
     q64, l64 = q.to(device=a.device, dtype=torch.float64), values.to(device=a.device, dtype=torch.float64)
     unit = n * EPS
     scale_a = _norm1(a64).clamp_min(1e-300)
@@ -304,9 +305,11 @@ def cost(case: dict) -> tuple[float, float]:
 
 
 def vary(a, eigenvalues64, gen):
-    """P A P^T for a random permutation P has the same eigenvalues: a new input, the same answer."""
+    """s P A P^T, P a random permutation and s = 2 or 1/2 (exact in floating point), has the
+    eigenvalues s L: a new input with a known answer (the zero matrix stays itself)."""
     order = torch.randperm(a.shape[-1], generator=gen, device="cpu").to(a.device)
-    return a[:, order][:, :, order].contiguous(), eigenvalues64
+    factor = 2.0 if torch.randint(0, 2, (1,), generator=gen).item() else 0.5
+    return (a[:, order][:, :, order] * factor).contiguous(), eigenvalues64 * factor
 
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps is typical

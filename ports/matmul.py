@@ -190,10 +190,12 @@ def properties(function, convert, device, sizes: dict) -> list[dict]:
 
 
 def vary(data, expected, gen):
-    """Permuting the rows of A permutes the rows of C: a new input for the price of a gather."""
+    """Permuting A's rows and B's columns permutes C's rows and columns: a new input (also at
+    M = 1) for the price of two gathers."""
     a, b, out = data
-    order = torch.randperm(a.shape[0], generator=gen, device="cpu").to(a.device)
-    return (a[order], b, out), expected[order]
+    rows = torch.randperm(a.shape[0], generator=gen, device="cpu").to(a.device)
+    cols = torch.randperm(b.shape[1], generator=gen, device="cpu").to(a.device)
+    return (a[rows], b[:, cols].contiguous(), out), expected[rows][:, cols]
 
 
 def matmul_torch(data):

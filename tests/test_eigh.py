@@ -128,3 +128,25 @@ def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
     for comparison in record["cross"]:  # eigenvalues of magnitude up to 1 (sqrt(fp32 max) for "high")
         magnitude = spec.MAGNITUDES["high"] if "high_magnitude" in comparison["case"] else 1.0
         assert comparison["max_abs_diff"] < 1e-4 * magnitude, comparison
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 40, 64])
+@pytest.mark.parametrize("port", PORTS)
+def test_port_at_every_padding(port, n):
+    a = spec.make_inputs(spec._case(2, n, 1, n, "dense"), n, DEVICE)
+    verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_port_takes_matrices_symmetric_only_up_to_roundoff(port):
+    a = spec.make_inputs(spec._case(1, 16, 1, 3, "dense"), 3, DEVICE)
+    a[0, 7, 8] += 0.5e-4 * float(a.abs().max())  # inside validate's tolerance
+    verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
+    assert verdict.passed and verdict.errors["orthogonality_scaled"] < 20, verdict
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_port_takes_an_empty_batch(port):
+    q, values = ports.custom_kernel("eigh", port)(torch.zeros((0, 8, 8), device=DEVICE))
+    assert q.shape == (0, 8, 8) and values.shape == (0, 8)

@@ -6,8 +6,8 @@ round-robin ("circle") pairing, in which the N/2 pairs are disjoint, so one roun
 orthogonal J made of N/2 plane rotations: A <- J^T A J, V <- V J, as fp32 products (IEEE, no
 TF32). The rotation for a pair (p, q) zeroes A[p, q] (Golub & Van Loan's symmetric Schur
 decomposition). Padding rows and columns are zero off the diagonal, so they never mix with the
-matrix. The matrix is scaled by 1/max|A| first (no overflow or underflow at the extreme
-magnitudes), sweeps stop once every off-diagonal element is below eps, and eigenvalues are
+matrix. The matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the
+extreme magnitudes; both rows of a pair then compute the same rotation), sweeps stop once every off-diagonal element is below eps, and eigenvalues are
 sorted by the launcher (glue). Larger n needs a blocked algorithm: not written yet.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
     scale = tl.max(tl.max(tl.abs(a), axis=1), axis=0)
     scale = tl.where(scale > 0, scale, 1.0)
     a = a / scale
+    a = 0.5 * (a + tl.trans(a))  # exactly symmetric from the start: both rows of a pair must agree on J
     v = eye
     off = tl.max(tl.max(tl.abs(a) * (1.0 - eye), axis=1), axis=0)
     sweep = 0
@@ -45,9 +46,9 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
             d_j = tl.sum(diagonal[None, :] * meets, axis=1)
             first = rows < partner  # row i is p (else q) of its pair
             tau = tl.where(first, d_j - diagonal, diagonal - d_j) / (2.0 * a_ij)
-            t = tl.where(tau >= 0, 1.0, -1.0) / (tl.abs(tau) + tl.sqrt(1.0 + tau * tau))
+            t = tl.where(tau >= 0, 1.0, -1.0) / (tl.abs(tau) + tl.sqrt_rn(1.0 + tau * tau))
             t = tl.where(a_ij == 0.0, 0.0, t)
-            c = 1.0 / tl.sqrt(1.0 + t * t)
+            c = 1.0 / tl.sqrt_rn(1.0 + t * t)  # IEEE square roots, as the Pallas lowering takes
             s = tl.where(first, t * c, -t * c)
             j = eye * c[:, None] + meets * s[:, None]
             a = tl.dot(tl.trans(j), tl.dot(a, j, input_precision="ieee"), input_precision="ieee")
@@ -64,6 +65,8 @@ def eigh(a: torch.Tensor):
     validate(a)
     batch, n, _ = a.shape
     size = jacobi_size(n)
+    if batch == 0:
+        return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     padded = F.pad(a, (0, size - n, 0, size - n)).contiguous()
     vectors = torch.empty_like(padded)
     values = torch.empty((batch, size), device=a.device, dtype=torch.float32)
