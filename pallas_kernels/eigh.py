@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, validate
+from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, validate
 
 
 def _dot(a, b):
@@ -83,7 +83,7 @@ def _eigh(a, *, interpret):
         grid=(batch,),
         in_specs=[pl.BlockSpec((None, size, size), lambda b: (b, 0, 0))],
         out_specs=(pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)), pl.BlockSpec((None, size), lambda b: (b, 0))),
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(padded)
     order = jnp.argsort(values[:, :n], axis=-1)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, validate
+from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, validate
 
 
 @triton.jit
@@ -71,6 +71,6 @@ def eigh(a: torch.Tensor):
     vectors = torch.empty_like(padded)
     values = torch.empty((batch, size), device=a.device, dtype=torch.float32)
     _jacobi_kernel[(batch,)](padded, vectors, values, torch.finfo(torch.float32).eps, N=size,
-                             MAX_SWEEPS=JACOBI_MAX_SWEEPS, num_warps=4)
+                             MAX_SWEEPS=JACOBI_MAX_SWEEPS, num_warps=jacobi_warps(size))
     values, order = values[:, :n].sort(dim=-1)
     return vectors[:, :n, :n].gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
