@@ -1,7 +1,8 @@
 """Batched symmetric eigendecomposition in Pallas (Triton lowering): the Jacobi of triton_kernels/eigh.py.
 
 One program per matrix (n <= 64 so far, padded to a power of two N >= 16) holds A and the
-accumulated rotations V. A sweep is N - 1 rounds of the round-robin pairing; each round's N/2
+accumulated rotations V. A sweep is N - 1 rounds of the round-robin pairing (a table from
+ports.eigh.round_robin_partners, shared with the Triton port); each round's N/2
 disjoint plane rotations form one orthogonal J, applied as A <- J^T A J and V <- V J with fp32
 products at precision HIGHEST (IEEE, no TF32), A symmetrised at the start and after each round.
 The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below eps. Sorting the
@@ -16,14 +17,14 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, validate
+from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, round_robin_partners, validate
 
 
 def _dot(a, b):
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
+def _jacobi_kernel(a_ref, partners_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
     rows = jnp.arange(size)
     eye = (rows[:, None] == rows[None, :]).astype(jnp.float32)
     a = a_ref[...]
@@ -37,10 +38,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
 
     def round_(r, carry):
         a, v = carry
-        # circle method: index 0 stays, the others rotate; position k meets position N-1-k
-        position = jnp.where(rows == 0, 0, (rows - 1 + r) % (size - 1) + 1)
-        opposite = size - 1 - position
-        partner = jnp.where(opposite == 0, 0, ((opposite - 1 - r) % (size - 1) + (size - 1)) % (size - 1) + 1)
+        partner = jnp.sum(partners_ref[pl.ds(r, 1), :], axis=0)  # the round-robin pairing of round r
         meets = (rows[None, :] == partner[:, None]).astype(jnp.float32)  # row i has a 1 at its partner
         diagonal = jnp.sum(a * eye, axis=1)
         a_ij = jnp.sum(a * meets, axis=1)
@@ -81,11 +79,12 @@ def _eigh(a, *, interpret):
         out_shape=(jax.ShapeDtypeStruct((batch, size, size), jnp.float32),
                    jax.ShapeDtypeStruct((batch, size), jnp.float32)),
         grid=(batch,),
-        in_specs=[pl.BlockSpec((None, size, size), lambda b: (b, 0, 0))],
+        in_specs=[pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)),
+                  pl.BlockSpec((size - 1, size), lambda b: (0, 0))],
         out_specs=(pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)), pl.BlockSpec((None, size), lambda b: (b, 0))),
         compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
         interpret=interpret, name="jacobi_eigh",
-    )(padded)
+    )(padded, jnp.array(round_robin_partners(size), jnp.int32))
     order = jnp.argsort(values[:, :n], axis=-1)
     return (jnp.take_along_axis(vectors[:, :n, :n], order[:, None, :], axis=-1),
             jnp.take_along_axis(values[:, :n], order, axis=-1))

@@ -324,6 +324,20 @@ def jacobi_size(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def round_robin_partners(size: int) -> list[list[int]]:
+    """partners[r][i]: the index paired with i in round r of a Jacobi sweep (size even).
+
+    The circle method: index 0 stays, the others rotate one place per round, and position k meets
+    position size-1-k, so the size-1 rounds pair every two indices exactly once, disjointly.
+    """
+    partners = []
+    for r in range(size - 1):
+        at = [0] + [(index - 1 + r) % (size - 1) + 1 for index in range(1, size)]  # position of each index
+        who = {position: index for index, position in enumerate(at)}
+        partners.append([who[size - 1 - at[index]] for index in range(size)])
+    return partners
+
+
 def jacobi_warps(size: int) -> int:
     """Warps per program for an N x N Jacobi. Compiled ahead of time for sm_90 with Triton 3.9
     (no GPU run yet): 4 warps hold N = 16 in 96 registers; N = 32 needs 8 (219 registers, no

@@ -96,6 +96,17 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 PORTS = ("triton", "pallas")
 
 
+@pytest.mark.parametrize("size", [16, 32, 64])
+def test_round_robin_pairs_every_two_indices_once(size):
+    partners = spec.round_robin_partners(size)
+    assert len(partners) == size - 1
+    met = set()
+    for round_partners in partners:
+        assert all(round_partners[round_partners[i]] == i != round_partners[i] for i in range(size))
+        met |= {(i, j) for i, j in enumerate(round_partners)}
+    assert len(met) == size * (size - 1)
+
+
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
 @pytest.mark.parametrize("port", PORTS)
 def test_port_passes_every_identity(port, case):

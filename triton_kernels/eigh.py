@@ -2,7 +2,8 @@
 
 Small matrices only so far (n <= 64, padded to a power of two N >= 16): each program holds its
 N x N matrix A and the accumulated rotations V in registers. A sweep is N - 1 rounds of the
-round-robin ("circle") pairing, in which the N/2 pairs are disjoint, so one round is a single
+round-robin ("circle") pairing (a table from ports.eigh.round_robin_partners, shared with the
+Pallas port), in which the N/2 pairs are disjoint, so one round is a single
 orthogonal J made of N/2 plane rotations: A <- J^T A J, V <- V J, as fp32 products (IEEE, no
 TF32). The rotation for a pair (p, q) zeroes A[p, q] (Golub & Van Loan's symmetric Schur
 decomposition). Padding rows and columns are zero off the diagonal, so they never mix with the
@@ -17,11 +18,11 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, validate
+from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, round_robin_partners, validate
 
 
 @triton.jit
-def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
+def _jacobi_kernel(a_ptr, partners_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
     offsets = matrix * N * N + rows[:, None] * N + rows[None, :]
@@ -36,10 +37,7 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
     sweep = 0
     while (sweep < MAX_SWEEPS) & (off > tolerance):
         for r in range(N - 1):
-            # circle method: index 0 stays, the others rotate; position k meets position N-1-k
-            position = tl.where(rows == 0, 0, (rows - 1 + r) % (N - 1) + 1)
-            opposite = N - 1 - position
-            partner = tl.where(opposite == 0, 0, ((opposite - 1 - r) % (N - 1) + (N - 1)) % (N - 1) + 1)
+            partner = tl.load(partners_ptr + r * N + rows)  # the round-robin pairing of round r
             meets = (rows[None, :] == partner[:, None]).to(tl.float32)  # row i has a 1 at its partner
             diagonal = tl.sum(a * eye, axis=1)
             a_ij = tl.sum(a * meets, axis=1)
@@ -70,7 +68,8 @@ def eigh(a: torch.Tensor):
     padded = F.pad(a, (0, size - n, 0, size - n)).contiguous()
     vectors = torch.empty_like(padded)
     values = torch.empty((batch, size), device=a.device, dtype=torch.float32)
-    _jacobi_kernel[(batch,)](padded, vectors, values, torch.finfo(torch.float32).eps, N=size,
+    partners = torch.tensor(round_robin_partners(size), device=a.device, dtype=torch.int32)
+    _jacobi_kernel[(batch,)](padded, partners, vectors, values, torch.finfo(torch.float32).eps, N=size,
                              MAX_SWEEPS=JACOBI_MAX_SWEEPS, num_warps=jacobi_warps(size))
     values, order = values[:, :n].sort(dim=-1)
     return vectors[:, :n, :n].gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
