@@ -172,10 +172,10 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
 def compare_outputs(a, b) -> dict:
     """Largest difference between two implementations' outputs (tensors, or tuples of tensors
     compared element by element), and whether they agree bitwise."""
-    pairs = list(zip(a, b)) if isinstance(a, (tuple, list)) else [(a, b)]
-    if any(x.shape != y.shape for x, y in pairs) or len(pairs) != (len(a) if isinstance(a, (tuple, list)) else 1):
+    a, b = (a, b) if isinstance(a, (tuple, list)) else ((a,), (b,))
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         return {"max_abs_diff": math.nan, "bitwise_equal": False, "first_difference": None}
-    differences = [first_difference(x.detach().cpu(), y.detach().cpu()) for x, y in pairs]
+    differences = [first_difference(x.detach().cpu(), y.detach().cpu()) for x, y in zip(a, b)]
     first = next((d for d in differences if d), None)
     return {"max_abs_diff": max((d["max_abs_diff"] for d in differences if d), default=0.0),
             "bitwise_equal": first is None, "first_difference": first}
