@@ -21,7 +21,8 @@ def parse_args(argv):
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation(s) to run, comma-separated or repeated (default: all)")
     parser.add_argument("--cases", action="append", default=None,
-                        help="case set(s): smoke, test, bench (default: test,bench on a GPU, smoke on CPU)")
+                        help="case set(s): smoke, test, bench, or one case as SET:INDEX, e.g. bench:3 "
+                             "(default: test,bench on a GPU, smoke on CPU)")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
     parser.add_argument("--plot", type=Path, help="write a PNG chart of time per case per implementation")
     parser.add_argument("--pool", type=int, default=3, help="distinct input sets per timed case (default 3)")
@@ -70,9 +71,13 @@ def main(argv=None) -> int:
         print(f"unknown implementation(s) {', '.join(unknown)}; valid: {', '.join(valid_impls)}", file=sys.stderr)
         return 2
     case_sets = _split(args.cases) or (["test", "bench"] if on_gpu else ["smoke"])
-    unknown = [name for name in case_sets if name not in workload.cases]
-    if unknown:
-        print(f"unknown case set(s) {', '.join(unknown)}; valid: {', '.join(workload.cases)}", file=sys.stderr)
+    from compare.driver import Settings, run, select_cases
+
+    try:
+        for spec in case_sets:
+            select_cases(workload, spec)
+    except ValueError as error:
+        print(error, file=sys.stderr)
         return 2
     if args.timer == "kernels" and not on_gpu:
         print("--timer kernels needs a CUDA GPU", file=sys.stderr)
@@ -81,7 +86,6 @@ def main(argv=None) -> int:
         print("--pool must be at least 2 and --iters at least 1", file=sys.stderr)
         return 2
 
-    from compare.driver import Settings, run
     from compare.report import plot, print_table
 
     if not on_gpu:

@@ -193,9 +193,23 @@ def property_results(workload: Workload, impl: Implementation, device: str, size
     return [{"impl": impl.name, "language": impl.language, **entry} for entry in entries]
 
 
+def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
+    """(set, case) pairs for "SET" (every case of the set) or "SET:INDEX" (one case); ValueError if unknown."""
+    name, _, index = spec.partition(":")
+    if name not in workload.cases:
+        raise ValueError(f"unknown case set {name!r}; valid: {', '.join(workload.cases)}")
+    cases = workload.cases[name]
+    if not index:
+        return [(name, case) for case in cases]
+    if not index.isdigit() or int(index) >= len(cases):
+        raise ValueError(f"case index {index!r} out of range for {name} (0..{len(cases) - 1})")
+    return [(name, cases[int(index)])]
+
+
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,
         settings: Settings | None = None, progress=None, check_properties: bool = True) -> dict:
-    """Check (and, where settings.timed, time) each implementation on each case of the sets."""
+    """Check (and, where settings.timed, time) each implementation on each case of the sets
+    (each "SET" or "SET:INDEX", see select_cases)."""
     import torch
 
     settings = settings or Settings()
@@ -212,7 +226,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     recorder.save()
     impls = [workload.implementation(name) for name in impl_names]
     sync = Synchroniser(on_gpu)
-    jobs = [(case_set, case) for case_set in case_sets for case in workload.cases[case_set]]
+    jobs = [job for spec in case_sets for job in select_cases(workload, spec)]
     done = 0
     for case_set, case in jobs:
         name = workload.case_name(case)

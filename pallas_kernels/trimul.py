@@ -1,6 +1,6 @@
 """TriMul in Pallas (Triton lowering): the same four kernels as triton_kernels/trimul.py.
 
-1. `_layer_norm_kernel`: per tile of `rows` pairs (b, i, k), LayerNorm over dim (fp32
+1. `_layer_norm_kernel`: per tile of `norm_rows` pairs (b, i, k), LayerNorm over dim (fp32
    statistics in one pass over x), written as fp16 `normed` [B*N*N, dim].
 2. `_gated_project_kernel`: left and right (projection * mask * sigmoid(gate)) or
    sigmoid(out_gate): program 3t+g does group g of tile t, so a tile's three programs share
@@ -161,9 +161,9 @@ def _trimul(x, mask, weights, *, hidden, interpret):
         return pltriton.CompilerParams(num_warps=warps, num_stages=tiles.stages)
 
     normed = pl.pallas_call(
-        functools.partial(_layer_norm_kernel, dim=dim, rows=tiles.rows, tile_dim=tiles.tile_dim),
+        functools.partial(_layer_norm_kernel, dim=dim, rows=tiles.norm_rows, tile_dim=tiles.tile_dim),
         out_shape=jax.ShapeDtypeStruct((pairs, dim), jnp.float16),
-        grid=(pairs // tiles.rows,), compiler_params=params(tiles.norm_warps), interpret=interpret,
+        grid=(pairs // tiles.norm_rows,), compiler_params=params(tiles.norm_warps), interpret=interpret,
         name="trimul_layer_norm",
     )(x.reshape(pairs, dim), weights["norm.weight"], weights["norm.bias"])
     gated = pl.pallas_call(

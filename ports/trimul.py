@@ -263,12 +263,14 @@ def trimul_jax_xla(data):
 class TriMulTiling:
     """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
 
-    rows: pairs (b, i, k) per program in the per-pair kernels; tile_dim: the chunk of dim
+    rows: pairs (b, i, k) per program in the projection and output kernels; norm_rows: pairs per
+    program in the LayerNorm kernel (fewer, so its [rows, dim] block stays in registers); tile_dim: the chunk of dim
     reduced per step in the projections; tile_out: the chunk of dim written per step of the
     output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles.
     """
 
     rows: int
+    norm_rows: int
     tile_dim: int
     tile_out: int
     tile_i: int
@@ -300,7 +302,9 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
         raise ValueError(f"the kernel ports index with 32-bit offsets: B*N*N*max(dim, 3*hidden) must be "
                          f"below 2**31, got B={batch} N={seq} dim={dim} hidden={hidden}")
     contract = _largest_power_of_two_dividing(seq, 128)
-    return TriMulTiling(rows=128, tile_dim=_largest_power_of_two_dividing(dim, 64),
+    # LayerNorm rows: an ahead-of-time sm_90 compile spills at 128 rows (1.2 KB of stack per thread at
+    # dim 384) and does not at 64 rows for dim 128 or 32 rows up to dim 768 (results/h200/NOTES.md)
+    return TriMulTiling(rows=128, norm_rows=64 if dim <= 128 else 32, tile_dim=_largest_power_of_two_dividing(dim, 64),
                         tile_out=_largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
 

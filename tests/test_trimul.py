@@ -224,6 +224,15 @@ def test_cli_rejects_unknown_names_with_code_2(argv, capsys):
     assert "valid:" in capsys.readouterr().err
 
 
+def test_cli_runs_one_case_by_index_and_rejects_an_index_out_of_range(tmp_path, capsys):
+    path = tmp_path / "one.json"
+    assert compare_main(["trimul", "--impl", "triton", "--cases", "smoke:1", "--json", str(path)]) == 0
+    results = json.loads(path.read_text())["results"]
+    assert [r["case"] for r in results] == [spec.case_name(SMOKE[1])]
+    assert compare_main(["trimul", "--cases", f"smoke:{len(SMOKE)}"]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
 # --- on the GPU: GPU MODE's test cases --------------------------------------------------------
 
 @needs_gpu

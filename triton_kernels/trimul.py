@@ -1,7 +1,7 @@
 """TriMul in Triton: four kernels, fp16 tensor-core products with fp32 accumulation.
 
 The computation is split where a reduction changes axis:
-1. `_layer_norm_kernel`: per tile of `rows` consecutive pairs (b, i, k), LayerNorm over dim
+1. `_layer_norm_kernel`: per tile of `norm_rows` consecutive pairs (b, i, k), LayerNorm over dim
    (fp32 statistics in one pass over x), written as fp16 `normed` [B*N*N, dim]. Normalising
    inside the projection kernel instead ran at a third of this pair's speed on the H200: the
    dot operand computed in registers kept Triton from pipelining its loads.
@@ -163,9 +163,9 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     product = allocate((batch * hidden, seq * seq), *fill, device=x.device, dtype=torch.float16)
     out = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float32)
 
-    _layer_norm_kernel[(pairs // tiles.rows,)](
+    _layer_norm_kernel[(pairs // tiles.norm_rows,)](
         x.contiguous(), weights["norm.weight"], weights["norm.bias"], normed, LAYER_NORM_EPS, DIM=dim,
-        ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps, num_stages=tiles.stages)
+        ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps, num_stages=tiles.stages)
     _gated_project_kernel[(3 * pairs // tiles.rows,)](
         normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
