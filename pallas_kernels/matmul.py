@@ -49,7 +49,7 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
 def _matmul(a, b, *, out, interpret):
     """a has a multiple of tile_m rows (matmul pads it)."""
     (padded_m, k), n = a.shape, b.shape[1]
-    tiles = matmul_tiling(padded_m)
+    tiles = matmul_tiling(padded_m, n)
     return pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
                           group_m=tiles.group_m),
@@ -67,8 +67,8 @@ def matmul(data):
     """
     validate(data)
     a, b, out = data
-    m = a.shape[0]
-    tile_m = matmul_tiling(m).tile_m
+    m, n = a.shape[0], b.shape[1]
+    tile_m = matmul_tiling(m, n).tile_m
     padded_m = pl.cdiv(m, tile_m) * tile_m
     if padded_m == m:
         return _matmul(a, b, out=out, interpret=jax.default_backend() != "gpu")

@@ -117,10 +117,11 @@ def cost(case: dict) -> tuple[float, float]:
     return 2.0 * m * n * k, float(2 * (m * k + k * n) + out_bytes * m * n)
 
 
-# Sizes for the property sweeps: on a GPU, K = N = 4096 with M across both tile configurations
-# (matmul_tiling). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
+# Sizes for the property sweeps: on a GPU, K = N = 4096 with M across all three tile
+# configurations that matmul_tiling picks there (64 x 32 up to M = 64, 64 x 64 up to 128,
+# 128 x 256 above). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
 # sum in orders that depend on the tile's shape, unlike the GPU's tensor-core instructions, so
-# the CPU sweep stays inside the small-M configuration (M <= 64).
+# the CPU sweep stays inside one configuration (M <= 64 at N = 48: 64 x 32).
 PROPERTY_SIZES = {
     "gpu": dict(k=4096, n=4096, dtype="bfloat16", every_m=64,
                 sampled_m=(65, 96, 127, 128, 129, 255, 256, 257, 511, 777, 1000, 1024, 2047, 3001, 4096, 5555, 8192),
@@ -254,8 +255,10 @@ WORKLOAD = Workload(
 
 @dataclass(frozen=True)
 class MatmulTiling:
-    """Tiles shared by the Triton and Pallas ports. tile_k, and with it the order in which each
-    element's sum over K is taken, is the same for every M; only the output tile shape changes."""
+    """Tiles shared by the Triton and Pallas ports. Every tiling sums each element over K in the
+    same sequence of 16-deep tensor-core steps, so all of them give the same bits on the H200
+    (measured: `python -m compare.matmul_tilings`, and the driver's batch-invariance sweep, which
+    crosses from the small tiles to the large ones)."""
 
     tile_m: int
     tile_n: int
@@ -265,11 +268,19 @@ class MatmulTiling:
     stages: int = 3
 
 
-SMALL_M = 64
+SMALL_M = 128
+PROGRAMS_WANTED = 128  # about one program per SM (132 on the H200)
+SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (results/h200/NOTES.md)
+    128: (64, 4), 64: (64, 6), 32: (128, 4)}
 
 
-def matmul_tiling(m: int) -> MatmulTiling:
-    """Small batches get small output tiles (more programs to stream B with); large ones large tiles."""
+def matmul_tiling(m: int, n: int) -> MatmulTiling:
+    """Small batches: 64-row tiles, with the widest column tile that still gives about a program
+    per SM (without split-K, the programs streaming B are what bounds small-M latency).
+    Large batches: 128 x 256 tiles."""
     if m <= SMALL_M:
-        return MatmulTiling(tile_m=64, tile_n=64, warps=4, stages=4)
+        row_tiles = -(-m // 64)
+        tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
+        tile_k, stages = SMALL_TILES[tile_n]
+        return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)
     return MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3)

@@ -49,7 +49,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     a, b, _ = data
     a, b = a.contiguous(), b.contiguous()
     (m, k), n = a.shape, b.shape[1]
-    tiles = tiles or matmul_tiling(m)
+    tiles = tiles or matmul_tiling(m, n)
     c = torch.empty((m, n), device=a.device, dtype=output_dtype(data))
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n),)
     _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), TILE_M=tiles.tile_m,
