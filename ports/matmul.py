@@ -117,9 +117,9 @@ def cost(case: dict) -> tuple[float, float]:
     return 2.0 * m * n * k, float(2 * (m * k + k * n) + out_bytes * m * n)
 
 
-# Sizes for the property sweeps: on a GPU, K = N = 4096 with M across all three tile
+# Sizes for the property sweeps: on a GPU, K = N = 4096 with M across all four tile
 # configurations that matmul_tiling picks there (64 x 32 up to M = 64, 64 x 64 up to 128,
-# 128 x 256 above). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
+# 128 x 128 up to 896, 128 x 256 above). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
 # sum in orders that depend on the tile's shape, unlike the GPU's tensor-core instructions, so
 # the CPU sweep stays inside one configuration (M <= 64 at N = 48: 64 x 32).
 PROPERTY_SIZES = {
@@ -277,10 +277,12 @@ SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row til
 def matmul_tiling(m: int, n: int) -> MatmulTiling:
     """Small batches: 64-row tiles, with the widest column tile that still gives about a program
     per SM (without split-K, the programs streaming B are what bounds small-M latency).
-    Large batches: 128 x 256 tiles."""
+    Large batches: 128 x 256 tiles, or 128 x 128 where that is too few programs (M = 512 at N = 4096)."""
     if m <= SMALL_M:
         row_tiles = -(-m // 64)
         tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
         tile_k, stages = SMALL_TILES[tile_n]
         return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)
+    if -(-m // 128) * -(-n // 256) < PROGRAMS_WANTED:
+        return MatmulTiling(tile_m=128, tile_n=128, warps=8, stages=3)
     return MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3)
