@@ -1,12 +1,18 @@
 """Batched symmetric eigendecomposition in Pallas (Triton lowering): the Jacobi of triton_kernels/eigh.py.
 
-One program per matrix (n <= 64 so far, padded to a power of two N >= 16) holds A and the
+n <= 64: one program per matrix (padded to a power of two N >= 16) holds A and the
 accumulated rotations V. A sweep is N - 1 rounds of the round-robin pairing (a table from
 ports.eigh.round_robin_partners, shared with the Triton port); each round's N/2
 disjoint plane rotations form one orthogonal J, applied as A <- J^T A J and V <- V J with fp32
 products at precision HIGHEST (IEEE, no TF32), A symmetrised at the start and after each round.
 The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below eps. Sorting the
 eigenvalues is glue outside the kernel.
+
+n > 64: the blocked Jacobi of the Triton port, round for round: the on-chip kernel diagonalises
+each pair's 64 x 64 diagonal block, `_rotate_blocks_kernel` applies the rotations blockwise
+(A[P, Q] <- J_P^T A[P, Q] J_Q, V[R, Q] <- V[R, Q] J_Q), a gather moves to the next round's
+layout, and a while loop runs sweeps until the off-diagonal Frobenius norm is below
+eps ||A||_F for every matrix or stops shrinking.
 """
 from __future__ import annotations
 
@@ -17,7 +23,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, round_robin_partners, validate
+from ports.eigh import (BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_layouts, jacobi_size,
+                        jacobi_warps, round_robin_partners, validate)
+
+EPS = float(jnp.finfo(jnp.float32).eps)
 
 
 def _dot(a, b):
@@ -68,35 +77,107 @@ def _jacobi_kernel(a_ref, partners_ref, q_ref, l_ref, *, size, max_sweeps, toler
     l_ref[...] = jnp.sum(a * eye, axis=1) * scale
 
 
-@functools.partial(jax.jit, static_argnames=("interpret",))
-def _eigh(a, *, interpret):
-    batch, n, _ = a.shape
-    size = jacobi_size(n)
-    padded = jnp.pad(a, ((0, 0), (0, size - n), (0, size - n)))
-    vectors, values = pl.pallas_call(
-        functools.partial(_jacobi_kernel, size=size, max_sweeps=JACOBI_MAX_SWEEPS,
-                          tolerance=float(jnp.finfo(jnp.float32).eps)),
-        out_shape=(jax.ShapeDtypeStruct((batch, size, size), jnp.float32),
-                   jax.ShapeDtypeStruct((batch, size), jnp.float32)),
-        grid=(batch,),
+def _on_chip(a, size, *, interpret):
+    """(V, diagonal) of the on-chip Jacobi for [count, size, size] a, unsorted."""
+    count = a.shape[0]
+    return pl.pallas_call(
+        functools.partial(_jacobi_kernel, size=size, max_sweeps=JACOBI_MAX_SWEEPS, tolerance=EPS),
+        out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
+                   jax.ShapeDtypeStruct((count, size), jnp.float32)),
+        grid=(count,),
         in_specs=[pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)),
                   pl.BlockSpec((size - 1, size), lambda b: (0, 0))],
         out_specs=(pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)), pl.BlockSpec((None, size), lambda b: (b, 0))),
         compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
         interpret=interpret, name="jacobi_eigh",
-    )(padded, jnp.array(round_robin_partners(size), jnp.int32))
-    order = jnp.argsort(values[:, :n], axis=-1)
-    return (jnp.take_along_axis(vectors[:, :n, :n], order[:, None, :], axis=-1),
-            jnp.take_along_axis(values[:, :n], order, axis=-1))
+    )(a, jnp.array(round_robin_partners(size), jnp.int32))
+
+
+def _rotate_blocks_kernel(x_ref, right_ref, *refs):
+    """X[R, Q] <- X[R, Q] J_Q, and J_R^T on the left when J_R is given; 64 x 64 blocks."""
+    *left_ref, out_ref = refs
+    x = _dot(x_ref[...], right_ref[...])
+    if left_ref:
+        x = _dot(left_ref[0][...].T, x)
+    out_ref[...] = x
+
+
+def _rotate_blocks(x, rotations, *, left, interpret):
+    batch, size, _ = x.shape
+    pairs, pair = rotations.shape[1], rotations.shape[2]
+    block = pl.BlockSpec((None, pair, pair), lambda m, r, q: (m, r, q))
+    rotation = [pl.BlockSpec((None, None, pair, pair), lambda m, r, q: (m, q, 0, 0))]
+    if left:
+        rotation.append(pl.BlockSpec((None, None, pair, pair), lambda m, r, q: (m, r, 0, 0)))
+    return pl.pallas_call(
+        _rotate_blocks_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32), grid=(batch, size // pair, pairs),
+        in_specs=[block, *rotation], out_specs=block,
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1), interpret=interpret,
+        name="jacobi_rotate_blocks",
+    )(x, *([rotations] * (2 if left else 1)))
+
+
+def _blocked(a, *, interpret):
+    """(V, diagonal) of the blocked Jacobi, unsorted, padded, in layout blocked_layouts(n)[1][0]."""
+    batch, n, _ = a.shape
+    size, layouts, moves = blocked_layouts(n)
+    pair = JACOBI_MAX_N
+    pairs, rounds = size // pair, len(layouts)
+    first, moves = jnp.array(layouts[0]), jnp.array(moves)
+    scale = jnp.max(jnp.abs(a), axis=(1, 2), keepdims=True)
+    scale = jnp.where(scale > 0, scale, 1.0)
+    x = jnp.pad(0.5 * (a + jnp.swapaxes(a, 1, 2)) / scale, ((0, 0), (0, size - n), (0, size - n)))
+    x = x[:, first][:, :, first]
+    v = jnp.broadcast_to(jnp.eye(size, dtype=jnp.float32)[:, first], (batch, size, size))
+
+    def round_(r, carry):
+        x, v = carry
+        diagonal_blocks = jnp.diagonal(x.reshape(batch, pairs, pair, pairs, pair), axis1=1, axis2=3)
+        rotations, _ = _on_chip(jnp.moveaxis(diagonal_blocks, -1, 1).reshape(-1, pair, pair), pair,
+                                interpret=interpret)
+        rotations = rotations.reshape(batch, pairs, pair, pair)
+        x = _rotate_blocks(x, rotations, left=True, interpret=interpret)
+        v = _rotate_blocks(v, rotations, left=False, interpret=interpret)
+        move = moves[(r + 1) % rounds]  # to the next round's layout (after the last: the first's)
+        return x[:, move][:, :, move], v[:, :, move]
+
+    def sweep(carry):
+        count, x, v, _, worst = carry
+        x, v = jax.lax.fori_loop(0, rounds, round_, (x, v))
+        diagonal = jnp.diagonal(x, axis1=1, axis2=2)
+        off = jnp.sqrt(jnp.sum(jnp.square(x - diagonal[:, :, None] * jnp.eye(size)), axis=(1, 2))
+                       / jnp.sum(jnp.square(x), axis=(1, 2)))
+        return count + 1, x, v, worst, jnp.max(jnp.nan_to_num(off, nan=0.0))  # all-zero matrix: 0 / 0
+
+    def unconverged(carry):
+        count, _, _, previous, worst = carry
+        return (count < BLOCKED_MAX_SWEEPS) & (worst > EPS) & (worst <= 0.5 * previous)
+
+    _, x, v, _, _ = jax.lax.while_loop(unconverged, sweep, (0, x, v, jnp.inf, jnp.inf))
+    return v, jnp.diagonal(x, axis1=1, axis2=2) * scale[:, :, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("interpret",))
+def _eigh(a, *, interpret):
+    batch, n, _ = a.shape
+    if n > JACOBI_MAX_N:
+        vectors, values = _blocked(a, interpret=interpret)
+        keep = jnp.array([at for at, index in enumerate(blocked_layouts(n)[1][0]) if index < n])
+        vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
+    else:
+        size = jacobi_size(n)
+        vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), size, interpret=interpret)
+        vectors, values = vectors[:, :n, :n], values[:, :n]
+    order = jnp.argsort(values, axis=-1)
+    return jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1)
 
 
 def eigh(a):
     """(Q, L) for a [batch, n, n] float32 symmetric JAX array: A Q = Q diag(L), L ascending.
 
-    Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
+    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere.
     """
     validate(a)
     if a.shape[0] == 0:
-        jacobi_size(a.shape[-1])
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
     return _eigh(a, interpret=jax.default_backend() != "gpu")

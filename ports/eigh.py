@@ -313,15 +313,40 @@ def vary(a, eigenvalues64, gen):
 
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps is typical
-JACOBI_MAX_N = 64  # the on-chip ports hold A, V and one rotation matrix in registers
+JACOBI_MAX_N = 64  # the on-chip kernel holds A, V and one rotation matrix in registers
+BLOCK = 32  # larger n: blocked Jacobi on block pairs of 2 * BLOCK = JACOBI_MAX_N rows
+BLOCKED_MAX_SWEEPS = 20
 
 
 def jacobi_size(n: int) -> int:
-    """The power of two (at least 16, the smallest matrix-product tile) the Jacobi ports pad n to,
-    or a ValueError naming n when it is beyond them."""
+    """The power of two (at least 16, the smallest matrix-product tile) the on-chip Jacobi pads n to."""
     if n > JACOBI_MAX_N:
-        raise ValueError(f"the Jacobi ports handle n <= {JACOBI_MAX_N} so far, got n = {n}")
+        raise ValueError(f"the on-chip Jacobi takes n <= {JACOBI_MAX_N}, got n = {n}")
     return max(16, 1 << (n - 1).bit_length())
+
+
+def blocked_layouts(n: int) -> tuple[int, list[list[int]], list[list[int]]]:
+    """The blocked Jacobi's schedule for n > 64: (size, layouts, moves).
+
+    n is padded to `size`, an even number of BLOCK-row blocks. In round r of a sweep the blocks
+    are paired by the round-robin table, and the matrix is held in layout r: the two blocks of
+    pair c side by side at rows [c * 2 BLOCK, (c + 1) * 2 BLOCK), so each pair is one contiguous
+    2 BLOCK x 2 BLOCK diagonal block. layouts[r][i] is the original index at position i;
+    moves[r] gathers layout r from the layout before it (moves[0] from the last round's, for the
+    next sweep: the first sweep starts from layouts[0] itself).
+    """
+    blocks = -(-n // BLOCK)
+    blocks += blocks % 2
+    size = blocks * BLOCK
+    layouts = []
+    for partner in round_robin_partners(blocks):
+        order = [block for first in range(blocks) if first < partner[first] for block in (first, partner[first])]
+        layouts.append([block * BLOCK + offset for block in order for offset in range(BLOCK)])
+    moves = []
+    for r, layout in enumerate(layouts):
+        position = {index: at for at, index in enumerate(layouts[r - 1])}
+        moves.append([position[index] for index in layout])
+    return size, layouts, moves
 
 
 def round_robin_partners(size: int) -> list[list[int]]:
@@ -339,7 +364,7 @@ def round_robin_partners(size: int) -> list[list[int]]:
 
 
 def jacobi_warps(size: int) -> int:
-    """Warps per program for an N x N Jacobi. Compiled ahead of time for sm_90 with Triton 3.9
+    """Warps per program for an N x N on-chip Jacobi. Compiled ahead of time for sm_90 with Triton 3.9
     (no GPU run yet): 4 warps hold N = 16 in 96 registers; N = 32 needs 8 (219 registers, no
     spill; 4 warps spill); N = 64 spills at any count (1.8 KB of stack per thread at 16 warps)."""
     return {16: 4, 32: 8}.get(size, 16)

@@ -1,6 +1,6 @@
-"""Batched symmetric eigendecomposition in Triton: parallel-order Jacobi, one program per matrix.
+"""Batched symmetric eigendecomposition in Triton: parallel-order Jacobi.
 
-Small matrices only so far (n <= 64, padded to a power of two N >= 16): each program holds its
+n <= 64 (padded to a power of two N >= 16), on chip: one program per matrix holds its
 N x N matrix A and the accumulated rotations V in registers. A sweep is N - 1 rounds of the
 round-robin ("circle") pairing (a table from ports.eigh.round_robin_partners, shared with the
 Pallas port), in which the N/2 pairs are disjoint, so one round is a single
@@ -9,7 +9,16 @@ TF32). The rotation for a pair (p, q) zeroes A[p, q] (Golub & Van Loan's symmetr
 decomposition). Padding rows and columns are zero off the diagonal, so they never mix with the
 matrix. The matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the
 extreme magnitudes; both rows of a pair then compute the same rotation), sweeps stop once every off-diagonal element is below eps, and eigenvalues are
-sorted by the launcher (glue). Larger n needs a blocked algorithm: not written yet.
+sorted by the launcher (glue).
+
+n > 64, blocked: the same parallel order over blocks of BLOCK = 32 rows (ports.eigh.blocked_layouts).
+Each round holds A in a layout where the two blocks of every pair sit side by side; the pairs'
+64 x 64 diagonal blocks are diagonalised by the on-chip kernel above (one program per pair),
+giving one 64 x 64 rotation J_P per pair, and `_rotate_blocks_kernel` applies them all:
+A[P, Q] <- J_P^T A[P, Q] J_Q per 64 x 64 block of A, V[R, Q] <- V[R, Q] J_Q per block of V (fp32
+IEEE products; each program reads and writes only its own block, so the update is in place).
+Moving to the next round's layout is a gather (glue). Sweeps stop when the off-diagonal
+Frobenius norm is below eps ||A||_F for every matrix, or stops shrinking (the rounding floor).
 """
 from __future__ import annotations
 
@@ -18,7 +27,10 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import JACOBI_MAX_SWEEPS, jacobi_size, jacobi_warps, round_robin_partners, validate
+from ports.eigh import (BLOCK, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_layouts, jacobi_size,
+                        jacobi_warps, round_robin_partners, validate)
+
+EPS = torch.finfo(torch.float32).eps
 
 
 @triton.jit
@@ -58,18 +70,78 @@ def _jacobi_kernel(a_ptr, partners_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr
     tl.store(l_ptr + matrix * N + rows, tl.sum(a * eye, axis=1) * scale)
 
 
+@triton.jit
+def _rotate_blocks_kernel(x_ptr, rotations_ptr, size, LEFT: tl.constexpr, PAIR: tl.constexpr):
+    """Program (matrix, R, Q): X[R, Q] <- X[R, Q] J_Q, and with LEFT also J_R^T on the left;
+    blocks are PAIR x PAIR, J_P = rotations[matrix, P]."""
+    matrix, row_block, col_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pairs = size // PAIR
+    offsets = tl.arange(0, PAIR)
+    square = offsets[:, None] * PAIR + offsets[None, :]
+    block_ptrs = (x_ptr + matrix * size * size + (row_block * PAIR + offsets)[:, None] * size
+                  + col_block * PAIR + offsets[None, :])
+    x = tl.load(block_ptrs)
+    x = tl.dot(x, tl.load(rotations_ptr + (matrix * pairs + col_block) * PAIR * PAIR + square),
+               input_precision="ieee")
+    if LEFT:
+        left = tl.load(rotations_ptr + (matrix * pairs + row_block) * PAIR * PAIR + square)
+        x = tl.dot(tl.trans(left), x, input_precision="ieee")
+    tl.store(block_ptrs, x)
+
+
+def _on_chip(a: torch.Tensor, size: int, max_sweeps: int = JACOBI_MAX_SWEEPS):
+    """(V, diagonal) of the on-chip Jacobi for [count, size, size] a, unsorted."""
+    vectors = torch.empty_like(a)
+    values = torch.empty(a.shape[:2], device=a.device, dtype=torch.float32)
+    partners = torch.tensor(round_robin_partners(size), device=a.device, dtype=torch.int32)
+    _jacobi_kernel[(a.shape[0],)](a, partners, vectors, values, EPS, N=size, MAX_SWEEPS=max_sweeps,
+                                  num_warps=jacobi_warps(size))
+    return vectors, values
+
+
+def _blocked(a: torch.Tensor):
+    """(V, diagonal, original index of each position) of the blocked Jacobi, unsorted and padded."""
+    batch, n, _ = a.shape
+    size, layouts, moves = blocked_layouts(n)
+    pairs = size // JACOBI_MAX_N
+    first, moves = (torch.tensor(table, device=a.device) for table in (layouts[0], moves))
+    scale = a.abs().amax(dim=(1, 2), keepdim=True)
+    x = F.pad(0.5 * (a + a.mT) / torch.where(scale > 0, scale, 1.0), (0, size - n, 0, size - n))
+    x = x[:, first][:, :, first].contiguous()
+    v = torch.eye(size, device=a.device)[:, first].expand(batch, size, size).contiguous()
+    previous = torch.inf
+    for sweep in range(BLOCKED_MAX_SWEEPS):
+        for r in range(len(layouts)):
+            if sweep or r:
+                x, v = x[:, moves[r]][:, :, moves[r]].contiguous(), v[:, :, moves[r]].contiguous()
+            diagonal_blocks = x.view(batch, pairs, JACOBI_MAX_N, pairs, JACOBI_MAX_N).diagonal(dim1=1, dim2=3)
+            rotations, _ = _on_chip(diagonal_blocks.permute(0, 3, 1, 2).reshape(-1, JACOBI_MAX_N, JACOBI_MAX_N)
+                                    .contiguous(), JACOBI_MAX_N)
+            for target, left in ((x, True), (v, False)):
+                _rotate_blocks_kernel[(batch, pairs, pairs)](target, rotations, size, LEFT=left, PAIR=JACOBI_MAX_N,
+                                                             num_warps=4)
+        diagonal = x.diagonal(dim1=1, dim2=2)
+        off = ((x - torch.diag_embed(diagonal)).square().sum(dim=(1, 2)) / x.square().sum(dim=(1, 2))).sqrt()
+        worst = off.nan_to_num(0.0).max().item()  # an all-zero matrix gives 0 / 0
+        if worst <= EPS or worst > 0.5 * previous:
+            break
+        previous = worst
+    return v, diagonal * scale[:, :, 0], layouts[-1]
+
+
 def eigh(a: torch.Tensor):
     """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending."""
     validate(a)
     batch, n, _ = a.shape
-    size = jacobi_size(n)
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
-    padded = F.pad(a, (0, size - n, 0, size - n)).contiguous()
-    vectors = torch.empty_like(padded)
-    values = torch.empty((batch, size), device=a.device, dtype=torch.float32)
-    partners = torch.tensor(round_robin_partners(size), device=a.device, dtype=torch.int32)
-    _jacobi_kernel[(batch,)](padded, partners, vectors, values, torch.finfo(torch.float32).eps, N=size,
-                             MAX_SWEEPS=JACOBI_MAX_SWEEPS, num_warps=jacobi_warps(size))
-    values, order = values[:, :n].sort(dim=-1)
-    return vectors[:, :n, :n].gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
+    if n > JACOBI_MAX_N:
+        vectors, values, layout = _blocked(a)
+        keep = torch.tensor([at for at, index in enumerate(layout) if index < n], device=a.device)
+        vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
+    else:
+        size = jacobi_size(n)
+        vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), size)
+        vectors, values = vectors[:, :n, :n], values[:, :n]
+    values, order = values.sort(dim=-1)
+    return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
