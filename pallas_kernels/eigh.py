@@ -9,10 +9,9 @@ The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal elem
 eigenvalues is glue outside the kernel.
 
 n > 64: the blocked Jacobi of the Triton port, round for round: the on-chip kernel diagonalises
-each pair's 64 x 64 diagonal block, `_rotate_blocks_kernel` applies the rotations blockwise
+each pair's 2 BLOCK x 2 BLOCK diagonal block (at most BLOCK_SWEEPS sweeps), `_rotate_blocks_kernel` applies the rotations blockwise
 (A[P, Q] <- J_P^T A[P, Q] J_Q, V[R, Q] <- V[R, Q] J_Q), a gather moves to the next round's
-layout, and a while loop runs sweeps until the off-diagonal Frobenius norm is below
-eps ||A||_F for every matrix or stops shrinking.
+layout, and a while loop runs sweeps until ports.eigh.blocked_converged.
 """
 from __future__ import annotations
 
@@ -23,8 +22,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import (BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_layouts, jacobi_size,
-                        jacobi_warps, round_robin_partners, validate)
+from ports.eigh import (BLOCK, BLOCK_SWEEPS, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_converged,
+                        blocked_layouts, jacobi_size, jacobi_warps, round_robin_partners, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -77,11 +76,11 @@ def _jacobi_kernel(a_ref, partners_ref, q_ref, l_ref, *, size, max_sweeps, toler
     l_ref[...] = jnp.sum(a * eye, axis=1) * scale
 
 
-def _on_chip(a, size, *, interpret):
+def _on_chip(a, size, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
     """(V, diagonal) of the on-chip Jacobi for [count, size, size] a, unsorted."""
     count = a.shape[0]
     return pl.pallas_call(
-        functools.partial(_jacobi_kernel, size=size, max_sweeps=JACOBI_MAX_SWEEPS, tolerance=EPS),
+        functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS),
         out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
                    jax.ShapeDtypeStruct((count, size), jnp.float32)),
         grid=(count,),
@@ -94,7 +93,7 @@ def _on_chip(a, size, *, interpret):
 
 
 def _rotate_blocks_kernel(x_ref, right_ref, *refs):
-    """X[R, Q] <- X[R, Q] J_Q, and J_R^T on the left when J_R is given; 64 x 64 blocks."""
+    """X[R, Q] <- X[R, Q] J_Q, and J_R^T on the left when J_R is given; pair-sized blocks."""
     *left_ref, out_ref = refs
     x = _dot(x_ref[...], right_ref[...])
     if left_ref:
@@ -118,10 +117,10 @@ def _rotate_blocks(x, rotations, *, left, interpret):
 
 
 def _blocked(a, *, interpret):
-    """(V, diagonal) of the blocked Jacobi, unsorted, padded, in layout blocked_layouts(n)[1][0]."""
+    """(V, diagonal) of the blocked Jacobi, unsorted, padded, in layout blocked_layouts(n, BLOCK)[1][0]."""
     batch, n, _ = a.shape
-    size, layouts, moves = blocked_layouts(n)
-    pair = JACOBI_MAX_N
+    size, layouts, moves = blocked_layouts(n, BLOCK)
+    pair = 2 * BLOCK
     pairs, rounds = size // pair, len(layouts)
     first, moves = jnp.array(layouts[0]), jnp.array(moves)
     scale = jnp.max(jnp.abs(a), axis=(1, 2), keepdims=True)
@@ -133,7 +132,7 @@ def _blocked(a, *, interpret):
     def round_(r, carry):
         x, v = carry
         diagonal_blocks = jnp.diagonal(x.reshape(batch, pairs, pair, pairs, pair), axis1=1, axis2=3)
-        rotations, _ = _on_chip(jnp.moveaxis(diagonal_blocks, -1, 1).reshape(-1, pair, pair), pair,
+        rotations, _ = _on_chip(jnp.moveaxis(diagonal_blocks, -1, 1).reshape(-1, pair, pair), pair, BLOCK_SWEEPS,
                                 interpret=interpret)
         rotations = rotations.reshape(batch, pairs, pair, pair)
         x = _rotate_blocks(x, rotations, left=True, interpret=interpret)
@@ -151,7 +150,7 @@ def _blocked(a, *, interpret):
 
     def unconverged(carry):
         count, _, _, previous, worst = carry
-        return (count < BLOCKED_MAX_SWEEPS) & (worst > EPS) & (worst <= 0.5 * previous)
+        return (count < BLOCKED_MAX_SWEEPS) & ~blocked_converged(worst, previous)
 
     _, x, v, _, _ = jax.lax.while_loop(unconverged, sweep, (0, x, v, jnp.inf, jnp.inf))
     return v, jnp.diagonal(x, axis1=1, axis2=2) * scale[:, :, 0]
@@ -162,7 +161,7 @@ def _eigh(a, *, interpret):
     batch, n, _ = a.shape
     if n > JACOBI_MAX_N:
         vectors, values = _blocked(a, interpret=interpret)
-        keep = jnp.array([at for at, index in enumerate(blocked_layouts(n)[1][0]) if index < n])
+        keep = jnp.array([at for at, index in enumerate(blocked_layouts(n, BLOCK)[1][0]) if index < n])
         vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
     else:
         size = jacobi_size(n)

@@ -314,8 +314,22 @@ def vary(a, eigenvalues64, gen):
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps is typical
 JACOBI_MAX_N = 64  # the on-chip kernel holds A, V and one rotation matrix in registers
-BLOCK = 32  # larger n: blocked Jacobi on block pairs of 2 * BLOCK = JACOBI_MAX_N rows
+BLOCK = 16  # larger n: blocked Jacobi on pairs of BLOCK-row blocks, each pair (2 BLOCK rows) on chip
+BLOCK_SWEEPS = 1  # on-chip sweeps per pair per round
 BLOCKED_MAX_SWEEPS = 20
+BLOCKED_TOLERANCE = 16 * EPS
+# Block and sweeps measured on the H200 (Triton, 16 x 512 and 4 x 1024 dense; results/h200/NOTES.md):
+# pairs of 64 rows spill on chip and ran 3 to 7 times slower than pairs of 32; 1 or 2 on-chip
+# sweeps per round need no more outer sweeps than full convergence (12 to 14 either way).
+
+
+def blocked_converged(worst, previous):
+    """Whether the blocked Jacobi stops, from the largest relative off-diagonal Frobenius norm
+    ||off(A)||_F / ||A||_F over the batch after this sweep and the one before. At 16 eps: the
+    off-diagonal part then adds at most 16 to the scaled residual and reconstruction figures
+    (||off||_1 <= n ||off||_F / ||A||_F ||A||_1), whose gates are 200 and 400. Also once past
+    sqrt(eps) (quadratic convergence) at a rounding floor, where a sweep no longer halves it."""
+    return (worst <= BLOCKED_TOLERANCE) | ((worst < EPS**0.5) & (worst > 0.5 * previous))  # JAX traces it too
 
 
 def jacobi_size(n: int) -> int:
@@ -325,23 +339,23 @@ def jacobi_size(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def blocked_layouts(n: int) -> tuple[int, list[list[int]], list[list[int]]]:
+def blocked_layouts(n: int, block: int = BLOCK) -> tuple[int, list[list[int]], list[list[int]]]:
     """The blocked Jacobi's schedule for n > 64: (size, layouts, moves).
 
-    n is padded to `size`, an even number of BLOCK-row blocks. In round r of a sweep the blocks
+    n is padded to `size`, an even number of `block`-row blocks. In round r of a sweep the blocks
     are paired by the round-robin table, and the matrix is held in layout r: the two blocks of
-    pair c side by side at rows [c * 2 BLOCK, (c + 1) * 2 BLOCK), so each pair is one contiguous
-    2 BLOCK x 2 BLOCK diagonal block. layouts[r][i] is the original index at position i;
+    pair c side by side at rows [c * 2 block, (c + 1) * 2 block), so each pair is one contiguous
+    2 block x 2 block diagonal block. layouts[r][i] is the original index at position i;
     moves[r] gathers layout r from the layout before it (moves[0] from the last round's, for the
     next sweep: the first sweep starts from layouts[0] itself).
     """
-    blocks = -(-n // BLOCK)
+    blocks = -(-n // block)
     blocks += blocks % 2
-    size = blocks * BLOCK
+    size = blocks * block
     layouts = []
     for partner in round_robin_partners(blocks):
         order = [block for first in range(blocks) if first < partner[first] for block in (first, partner[first])]
-        layouts.append([block * BLOCK + offset for block in order for offset in range(BLOCK)])
+        layouts.append([b * block + offset for b in order for offset in range(block)])
     moves = []
     for r, layout in enumerate(layouts):
         position = {index: at for at, index in enumerate(layouts[r - 1])}

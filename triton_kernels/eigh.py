@@ -11,14 +11,15 @@ matrix. The matrix is scaled by 1/max|A| and symmetrised first (no overflow or u
 extreme magnitudes; both rows of a pair then compute the same rotation), sweeps stop once every off-diagonal element is below eps, and eigenvalues are
 sorted by the launcher (glue).
 
-n > 64, blocked: the same parallel order over blocks of BLOCK = 32 rows (ports.eigh.blocked_layouts).
+n > 64, blocked: the same parallel order over blocks of BLOCK rows (ports.eigh.blocked_layouts).
 Each round holds A in a layout where the two blocks of every pair sit side by side; the pairs'
-64 x 64 diagonal blocks are diagonalised by the on-chip kernel above (one program per pair),
-giving one 64 x 64 rotation J_P per pair, and `_rotate_blocks_kernel` applies them all:
-A[P, Q] <- J_P^T A[P, Q] J_Q per 64 x 64 block of A, V[R, Q] <- V[R, Q] J_Q per block of V (fp32
+2 BLOCK x 2 BLOCK diagonal blocks are diagonalised by the on-chip kernel above (one program per
+pair, at most BLOCK_SWEEPS sweeps), giving one rotation J_P per pair, and `_rotate_blocks_kernel` applies them all:
+A[P, Q] <- J_P^T A[P, Q] J_Q per pair-sized block of A, V[R, Q] <- V[R, Q] J_Q per block of V (fp32
 IEEE products; each program reads and writes only its own block, so the update is in place).
 Moving to the next round's layout is a gather (glue). Sweeps stop when the off-diagonal
-Frobenius norm is below eps ||A||_F for every matrix, or stops shrinking (the rounding floor).
+Frobenius norm is below eps ||A||_F for every matrix, or stops halving near it
+(ports.eigh.blocked_converged).
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BLOCK, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_layouts, jacobi_size,
-                        jacobi_warps, round_robin_partners, validate)
+from ports.eigh import (BLOCK, BLOCK_SWEEPS, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_converged,
+                        blocked_layouts, jacobi_size, jacobi_warps, round_robin_partners, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -102,8 +103,9 @@ def _on_chip(a: torch.Tensor, size: int, max_sweeps: int = JACOBI_MAX_SWEEPS):
 def _blocked(a: torch.Tensor):
     """(V, diagonal, original index of each position) of the blocked Jacobi, unsorted and padded."""
     batch, n, _ = a.shape
-    size, layouts, moves = blocked_layouts(n)
-    pairs = size // JACOBI_MAX_N
+    size, layouts, moves = blocked_layouts(n, BLOCK)
+    pair = 2 * BLOCK
+    pairs = size // pair
     first, moves = (torch.tensor(table, device=a.device) for table in (layouts[0], moves))
     scale = a.abs().amax(dim=(1, 2), keepdim=True)
     x = F.pad(0.5 * (a + a.mT) / torch.where(scale > 0, scale, 1.0), (0, size - n, 0, size - n))
@@ -114,16 +116,16 @@ def _blocked(a: torch.Tensor):
         for r in range(len(layouts)):
             if sweep or r:
                 x, v = x[:, moves[r]][:, :, moves[r]].contiguous(), v[:, :, moves[r]].contiguous()
-            diagonal_blocks = x.view(batch, pairs, JACOBI_MAX_N, pairs, JACOBI_MAX_N).diagonal(dim1=1, dim2=3)
-            rotations, _ = _on_chip(diagonal_blocks.permute(0, 3, 1, 2).reshape(-1, JACOBI_MAX_N, JACOBI_MAX_N)
-                                    .contiguous(), JACOBI_MAX_N)
+            diagonal_blocks = x.view(batch, pairs, pair, pairs, pair).diagonal(dim1=1, dim2=3)
+            rotations, _ = _on_chip(diagonal_blocks.permute(0, 3, 1, 2).reshape(-1, pair, pair).contiguous(), pair,
+                                    BLOCK_SWEEPS)
             for target, left in ((x, True), (v, False)):
-                _rotate_blocks_kernel[(batch, pairs, pairs)](target, rotations, size, LEFT=left, PAIR=JACOBI_MAX_N,
+                _rotate_blocks_kernel[(batch, pairs, pairs)](target, rotations, size, LEFT=left, PAIR=pair,
                                                              num_warps=4)
         diagonal = x.diagonal(dim1=1, dim2=2)
         off = ((x - torch.diag_embed(diagonal)).square().sum(dim=(1, 2)) / x.square().sum(dim=(1, 2))).sqrt()
         worst = off.nan_to_num(0.0).max().item()  # an all-zero matrix gives 0 / 0
-        if worst <= EPS or worst > 0.5 * previous:
+        if blocked_converged(worst, previous):
             break
         previous = worst
     return v, diagonal * scale[:, :, 0], layouts[-1]
