@@ -77,16 +77,18 @@ def _jacobi_kernel(a_ref, partners_ref, q_ref, l_ref, *, size, max_sweeps, toler
 
 
 def _on_chip(a, size, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
-    """(V, diagonal) of the on-chip Jacobi for [count, size, size] a, unsorted."""
-    count = a.shape[0]
+    """(V, diagonal) of the on-chip Jacobi, unsorted, for each size x size diagonal block of each
+    matrix of a [batch, size * blocks, size * blocks]: [batch * blocks, size, size], [batch * blocks, size]."""
+    blocks = a.shape[1] // size
+    count = a.shape[0] * blocks
     return pl.pallas_call(
         functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS),
         out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
                    jax.ShapeDtypeStruct((count, size), jnp.float32)),
         grid=(count,),
-        in_specs=[pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)),
-                  pl.BlockSpec((size - 1, size), lambda b: (0, 0))],
-        out_specs=(pl.BlockSpec((None, size, size), lambda b: (b, 0, 0)), pl.BlockSpec((None, size), lambda b: (b, 0))),
+        in_specs=[pl.BlockSpec((None, size, size), lambda i: (i // blocks, i % blocks, i % blocks)),
+                  pl.BlockSpec((size - 1, size), lambda i: (0, 0))],
+        out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0))),
         compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a, jnp.array(round_robin_partners(size), jnp.int32))
@@ -126,19 +128,17 @@ def _blocked(a, *, interpret):
     scale = jnp.max(jnp.abs(a), axis=(1, 2), keepdims=True)
     scale = jnp.where(scale > 0, scale, 1.0)
     x = jnp.pad(0.5 * (a + jnp.swapaxes(a, 1, 2)) / scale, ((0, 0), (0, size - n), (0, size - n)))
-    x = x[:, first][:, :, first]
+    x = x[:, first[:, None], first]
     v = jnp.broadcast_to(jnp.eye(size, dtype=jnp.float32)[:, first], (batch, size, size))
 
     def round_(r, carry):
         x, v = carry
-        diagonal_blocks = jnp.diagonal(x.reshape(batch, pairs, pair, pairs, pair), axis1=1, axis2=3)
-        rotations, _ = _on_chip(jnp.moveaxis(diagonal_blocks, -1, 1).reshape(-1, pair, pair), pair, BLOCK_SWEEPS,
-                                interpret=interpret)
+        rotations, _ = _on_chip(x, pair, BLOCK_SWEEPS, interpret=interpret)  # each pair's diagonal block
         rotations = rotations.reshape(batch, pairs, pair, pair)
         x = _rotate_blocks(x, rotations, left=True, interpret=interpret)
         v = _rotate_blocks(v, rotations, left=False, interpret=interpret)
         move = moves[(r + 1) % rounds]  # to the next round's layout (after the last: the first's)
-        return x[:, move][:, :, move], v[:, :, move]
+        return x[:, move[:, None], move], v[:, :, move]
 
     def sweep(carry):
         count, x, v, _, worst = carry

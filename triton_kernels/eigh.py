@@ -35,11 +35,15 @@ EPS = torch.finfo(torch.float32).eps
 
 
 @triton.jit
-def _jacobi_kernel(a_ptr, partners_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
+def _jacobi_kernel(a_ptr, partners_ptr, q_ptr, l_ptr, tolerance, stride, blocks, N: tl.constexpr,
+                   MAX_SWEEPS: tl.constexpr):
+    """Program i diagonalises diagonal block i % blocks (N x N) of matrix i // blocks of `a`
+    (rows `stride` apart; blocks = 1, stride = N for whole matrices)."""
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
     offsets = matrix * N * N + rows[:, None] * N + rows[None, :]
-    a = tl.load(a_ptr + offsets)
+    block_origin = (matrix // blocks) * blocks * N * stride + (matrix % blocks) * N * (stride + 1)
+    a = tl.load(a_ptr + block_origin + rows[:, None] * stride + rows[None, :])
     eye = (rows[:, None] == rows[None, :]).to(tl.float32)
     scale = tl.max(tl.max(tl.abs(a), axis=1), axis=0)
     scale = tl.where(scale > 0, scale, 1.0)
@@ -90,14 +94,19 @@ def _rotate_blocks_kernel(x_ptr, rotations_ptr, size, LEFT: tl.constexpr, PAIR: 
     tl.store(block_ptrs, x)
 
 
-def _on_chip(a: torch.Tensor, size: int, max_sweeps: int = JACOBI_MAX_SWEEPS):
-    """(V, diagonal) of the on-chip Jacobi for [count, size, size] a, unsorted."""
-    vectors = torch.empty_like(a)
-    values = torch.empty(a.shape[:2], device=a.device, dtype=torch.float32)
-    partners = torch.tensor(round_robin_partners(size), device=a.device, dtype=torch.int32)
-    _jacobi_kernel[(a.shape[0],)](a, partners, vectors, values, EPS, N=size, MAX_SWEEPS=max_sweeps,
-                                  num_warps=jacobi_warps(size))
+def _on_chip(a: torch.Tensor, size: int, partners: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
+    """(V, diagonal) of the on-chip Jacobi, unsorted, for each size x size diagonal block of each
+    matrix of a [batch, size * blocks, size * blocks]: [batch * blocks, size, size], [batch * blocks, size]."""
+    count = a.shape[0] * (a.shape[1] // size)
+    vectors = torch.empty((count, size, size), device=a.device, dtype=torch.float32)
+    values = torch.empty((count, size), device=a.device, dtype=torch.float32)
+    _jacobi_kernel[(count,)](a, partners, vectors, values, EPS, a.shape[1], a.shape[1] // size, N=size,
+                             MAX_SWEEPS=max_sweeps, num_warps=jacobi_warps(size))
     return vectors, values
+
+
+def _partners(size: int, device) -> torch.Tensor:
+    return torch.tensor(round_robin_partners(size), device=device, dtype=torch.int32)
 
 
 def _blocked(a: torch.Tensor):
@@ -107,18 +116,17 @@ def _blocked(a: torch.Tensor):
     pair = 2 * BLOCK
     pairs = size // pair
     first, moves = (torch.tensor(table, device=a.device) for table in (layouts[0], moves))
+    partners = _partners(pair, a.device)
     scale = a.abs().amax(dim=(1, 2), keepdim=True)
     x = F.pad(0.5 * (a + a.mT) / torch.where(scale > 0, scale, 1.0), (0, size - n, 0, size - n))
-    x = x[:, first][:, :, first].contiguous()
+    x = x[:, first[:, None], first]
     v = torch.eye(size, device=a.device)[:, first].expand(batch, size, size).contiguous()
     previous = torch.inf
     for sweep in range(BLOCKED_MAX_SWEEPS):
         for r in range(len(layouts)):
             if sweep or r:
-                x, v = x[:, moves[r]][:, :, moves[r]].contiguous(), v[:, :, moves[r]].contiguous()
-            diagonal_blocks = x.view(batch, pairs, pair, pairs, pair).diagonal(dim1=1, dim2=3)
-            rotations, _ = _on_chip(diagonal_blocks.permute(0, 3, 1, 2).reshape(-1, pair, pair).contiguous(), pair,
-                                    BLOCK_SWEEPS)
+                x, v = x[:, moves[r][:, None], moves[r]], v[:, :, moves[r]].contiguous()
+            rotations, _ = _on_chip(x, pair, partners, BLOCK_SWEEPS)  # each pair's diagonal block
             for target, left in ((x, True), (v, False)):
                 _rotate_blocks_kernel[(batch, pairs, pairs)](target, rotations, size, LEFT=left, PAIR=pair,
                                                              num_warps=4)
@@ -143,7 +151,7 @@ def eigh(a: torch.Tensor):
         vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
     else:
         size = jacobi_size(n)
-        vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), size)
+        vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), size, _partners(size, a.device))
         vectors, values = vectors[:, :n, :n], values[:, :n]
     values, order = values.sort(dim=-1)
     return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
