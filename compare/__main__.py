@@ -27,6 +27,10 @@ def parse_args(argv):
     parser.add_argument("--plot", type=Path, help="write a PNG chart of time per case per implementation")
     parser.add_argument("--pool", type=int, default=3, help="distinct input sets per timed case (default 3)")
     parser.add_argument("--iters", type=int, default=10, help="minimum timed runs per case (default 10)")
+    parser.add_argument("--max-seconds", type=float, default=60.0,
+                        help="stop timing a case after this long (output checks included) once 3 runs are done, "
+                             "even short of --iters: multi-second calls (eigh at n = 512 and up) stay affordable "
+                             "(default 60)")
     parser.add_argument("--time", action="store_true",
                         help="time every case set, not only bench; on CPU this times the interpreters "
                              "(meaningless as speed, but it exercises the timed path)")
@@ -82,8 +86,8 @@ def main(argv=None) -> int:
     if args.timer == "kernels" and not on_gpu:
         print("--timer kernels needs a CUDA GPU", file=sys.stderr)
         return 2
-    if args.pool < 2 or args.iters < 1:
-        print("--pool must be at least 2 and --iters at least 1", file=sys.stderr)
+    if args.pool < 2 or args.iters < 1 or args.max_seconds <= 0:
+        print("--pool must be at least 2, --iters at least 1 and --max-seconds positive", file=sys.stderr)
         return 2
 
     from compare.report import plot, print_table
@@ -92,7 +96,7 @@ def main(argv=None) -> int:
         print("no CUDA GPU: running the kernels through the Triton interpreter and Pallas interpret mode;"
               " any times shown are interpreter times, not GPU timings", file=sys.stderr)
     settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
-                        timed=on_gpu or args.time, timer=args.timer,
+                        max_seconds=args.max_seconds, timed=on_gpu or args.time, timer=args.timer,
                         timed_sets=("bench",) if on_gpu and not args.time else None)
     record = run(workload, impls, case_sets, args.json, settings, check_properties=not args.no_properties)
     print_table(record)

@@ -39,12 +39,16 @@ L2_FLUSH_BYTES = 256 * 2**20
 POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
 
 
+BUDGET_RUNS = 3  # timed runs made whatever max_seconds says
+
+
 @dataclass
 class Settings:
     pool: int = 3  # distinct input sets per timed case
     min_iters: int = 10
     max_iters: int = 50
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
+    max_seconds: float = 60.0  # but stop after this long (checks included) once BUDGET_RUNS are done
     timed: bool = True
     timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler
     timed_sets: tuple | None = None  # case sets to time when timed (None: all)
@@ -138,7 +142,8 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         generator = torch.Generator().manual_seed(len(pool))
         begun = time.perf_counter()
         while len(times) < settings.max_iters and (
-                len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds):
+                len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds) and (
+                len(times) < BUDGET_RUNS or time.perf_counter() - begun < settings.max_seconds):
             member = (len(times) + 2) % len(pool)
             data, expected = workload.vary(pool[member], references[member], generator)
             inputs = to_framework(impl.framework, data)

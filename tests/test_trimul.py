@@ -192,6 +192,14 @@ def test_driver_reports_cached_result_as_failing_not_fast(tmp_path):
     assert status["torch_fp32"]["status"] == "pass" and status["torch_fp32"]["timed_checks"] == "4/4 passed"
 
 
+def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
+    settings = Settings(pool=2, min_iters=40, max_iters=40, min_seconds=0.0, max_seconds=1e-9, timed=True)
+    record = run(planted_workload(), ["torch_fp32"], ["smoke:0"], tmp_path / "r.json", settings,
+                 progress=lambda message: None)
+    result = record["results"][0]
+    assert result["status"] == "pass" and result["runs"] == 3 and result["timed_checks"] == "3/3 passed"
+
+
 def test_driver_isolates_failures_and_keeps_results(tmp_path):
     path = tmp_path / "r.json"
     record = run(planted_workload("raising", "nan", "wrong_shape"), ["raising", "nan", "wrong_shape", "torch_fp32"],
