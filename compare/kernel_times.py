@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
+    from compare.driver import select_cases
     from ports import get_workload, to_framework
 
     if not torch.cuda.is_available():
@@ -57,10 +58,11 @@ def main(argv=None) -> int:
         return 2
     try:
         workload = get_workload(args.workload)
-        case_set, index = args.case.split(":")
-        case = workload.cases[case_set][int(index)]
+        if ":" not in args.case:
+            raise ValueError(f"one case is needed, got {args.case!r}")
+        [(_, case)] = select_cases(workload, args.case)
         impls = [workload.implementation(name) for name in args.impl.split(",")]
-    except (KeyError, ValueError, IndexError) as error:
+    except (KeyError, ValueError) as error:
         print(f"bad argument: {error}; --case is SET:INDEX, e.g. bench:0", file=sys.stderr)
         return 2
     inputs = workload.make_inputs(case, case["seed"], "cuda")

@@ -5,13 +5,14 @@ accumulated rotations V. A sweep is N - 1 rounds of the round-robin pairing (a t
 ports.eigh.round_robin_partners, shared with the Triton port); each round's N/2
 disjoint plane rotations form one orthogonal J, applied as A <- J^T A J and V <- V J with fp32
 products at precision HIGHEST (IEEE, no TF32), A symmetrised at the start and after each round.
-The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below eps. Sorting the
-eigenvalues is glue outside the kernel.
+The matrix is scaled by 1/max|A| first; sweeps stop once every off-diagonal element is below
+eps. Sorting the eigenvalues is glue outside the kernel.
 
 n > 64: the blocked Jacobi of the Triton port, round for round: the on-chip kernel diagonalises
-each pair's 2 BLOCK x 2 BLOCK diagonal block (at most BLOCK_SWEEPS sweeps), `_rotate_blocks_kernel` applies the rotations blockwise
-(A[P, Q] <- J_P^T A[P, Q] J_Q, V[R, Q] <- V[R, Q] J_Q), a gather moves to the next round's
-layout, and a while loop runs sweeps until ports.eigh.blocked_converged.
+each pair's 2 BLOCK x 2 BLOCK diagonal block, read in place (at most BLOCK_SWEEPS sweeps);
+`_rotate_blocks_kernel` applies the rotations blockwise (A[P, Q] <- J_P^T A[P, Q] J_Q,
+V[R, Q] <- V[R, Q] J_Q); a gather moves to the next round's layout; a while loop runs sweeps
+until ports.eigh.blocked_converged.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BLOCK, BLOCK_SWEEPS, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_converged,
-                        blocked_layouts, jacobi_size, jacobi_warps, round_robin_partners, validate)
+                        blocked_layouts, check_offsets, jacobi_size, jacobi_warps, round_robin_partners, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -122,6 +123,7 @@ def _blocked(a, *, interpret):
     """(V, diagonal) of the blocked Jacobi, unsorted, padded, in layout blocked_layouts(n, BLOCK)[1][0]."""
     batch, n, _ = a.shape
     size, layouts, moves = blocked_layouts(n, BLOCK)
+    check_offsets(batch, size)
     pair = 2 * BLOCK
     pairs, rounds = size // pair, len(layouts)
     first, moves = jnp.array(layouts[0]), jnp.array(moves)
@@ -165,6 +167,7 @@ def _eigh(a, *, interpret):
         vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
     else:
         size = jacobi_size(n)
+        check_offsets(batch, size)
         vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), size, interpret=interpret)
         vectors, values = vectors[:, :n, :n], values[:, :n]
     order = jnp.argsort(values, axis=-1)

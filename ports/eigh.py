@@ -25,6 +25,7 @@ schedule, stopping rule and tile choices shared by both ports are defined here).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -318,18 +319,28 @@ BLOCK = 16  # larger n: blocked Jacobi on pairs of BLOCK-row blocks, each pair (
 BLOCK_SWEEPS = 1  # on-chip sweeps per pair per round
 BLOCKED_MAX_SWEEPS = 20
 BLOCKED_TOLERANCE = 16 * EPS
+BLOCKED_FLOOR = 100 * EPS
 # Block and sweeps measured on the H200 (Triton, 16 x 512 and 4 x 1024 dense; results/h200/NOTES.md):
-# pairs of 64 rows spill on chip and ran 3 to 7 times slower than pairs of 32; 1 or 2 on-chip
-# sweeps per round need no more outer sweeps than full convergence (12 to 14 either way).
+# pairs of 64 rows (block 32) spill on chip and ran 2 to 7 times slower than pairs of 32; with
+# 16-row blocks, one on-chip sweep per round needed no more outer sweeps than full convergence
+# (13 / 14 either way).
 
 
 def blocked_converged(worst, previous):
     """Whether the blocked Jacobi stops, from the largest relative off-diagonal Frobenius norm
     ||off(A)||_F / ||A||_F over the batch after this sweep and the one before. At 16 eps: the
     off-diagonal part then adds at most 16 to the scaled residual and reconstruction figures
-    (||off||_1 <= n ||off||_F / ||A||_F ||A||_1), whose gates are 200 and 400. Also once past
-    sqrt(eps) (quadratic convergence) at a rounding floor, where a sweep no longer halves it."""
-    return (worst <= BLOCKED_TOLERANCE) | ((worst < EPS**0.5) & (worst > 0.5 * previous))  # JAX traces it too
+    (||off||_1 <= n ||off||_F / ||A||_F ||A||_1), whose gates are 200 and 400. Also at a rounding
+    floor below 100 eps (a sweep no longer halves it; the same bound keeps that under the gates);
+    above it, sweeps go on to BLOCKED_MAX_SWEEPS."""
+    return (worst <= BLOCKED_TOLERANCE) | ((worst < BLOCKED_FLOOR) & (worst > 0.5 * previous))  # JAX traces it too
+
+
+def check_offsets(batch: int, size: int) -> None:
+    """The eigh kernels index with 32-bit offsets: a ValueError naming the sizes when batch * size^2 is too large."""
+    if batch * size * size >= 2**31:
+        raise ValueError(f"the eigh kernels index with 32-bit offsets: batch * padded n^2 must be below 2**31, "
+                         f"got batch = {batch}, padded n = {size}")
 
 
 def jacobi_size(n: int) -> int:
@@ -339,6 +350,7 @@ def jacobi_size(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+@functools.lru_cache(maxsize=16)
 def blocked_layouts(n: int, block: int = BLOCK) -> tuple[int, list[list[int]], list[list[int]]]:
     """The blocked Jacobi's schedule for n > 64: (size, layouts, moves).
 

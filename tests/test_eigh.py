@@ -138,10 +138,11 @@ def test_blocked_layouts_pair_every_two_blocks_once_per_sweep():
     assert len(met) == (size // block) * (size // block - 1) // 2
 
 
-@pytest.mark.parametrize("family", ["mixed", "clustered", "lapack_dense_even_low_magnitude", "lapack_identity"])
+@pytest.mark.parametrize("family, n", [("mixed", 70), ("clustered", 70), ("lapack_dense_even_low_magnitude", 70),
+                                       ("lapack_identity", 70), ("dense", 96)])  # 96: whole blocks, no padding
 @pytest.mark.parametrize("port", PORTS)
-def test_blocked_port_passes_every_identity(port, family):
-    a = spec.make_inputs(spec._case(3, 70, 2, 70, family), 70, DEVICE)
+def test_blocked_port_passes_every_identity(port, family, n):
+    a = spec.make_inputs(spec._case(3, n, 2, n, family), n, DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
@@ -158,7 +159,14 @@ def test_blocked_stopping_rule():
     eps = spec.EPS
     assert spec.blocked_converged(16 * eps, 1.0) and not spec.blocked_converged(17 * eps, 1.0)
     assert not spec.blocked_converged(1e-3, 1.5e-3)  # early sweeps may shrink it slowly: go on
-    assert spec.blocked_converged(1e-5, 1.5e-5)  # past sqrt(eps) a sweep that does not halve it: the floor
+    assert not spec.blocked_converged(3.3e-4, 6e-4)  # not halving, but too far from converged to stop
+    assert spec.blocked_converged(1e-5, 1.5e-5)  # below 100 eps, a sweep that does not halve it: the floor
+
+
+def test_sizes_beyond_32_bit_offsets_are_refused():
+    with pytest.raises(ValueError, match="32-bit offsets"):
+        spec.check_offsets(2048, 1024)
+    spec.check_offsets(640, 512)
 
 
 def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):

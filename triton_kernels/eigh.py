@@ -8,20 +8,22 @@ orthogonal J made of N/2 plane rotations: A <- J^T A J, V <- V J, as fp32 produc
 TF32). The rotation for a pair (p, q) zeroes A[p, q] (Golub & Van Loan's symmetric Schur
 decomposition). Padding rows and columns are zero off the diagonal, so they never mix with the
 matrix. The matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the
-extreme magnitudes; both rows of a pair then compute the same rotation), sweeps stop once every off-diagonal element is below eps, and eigenvalues are
-sorted by the launcher (glue).
+extreme magnitudes; both rows of a pair then compute the same rotation), sweeps stop once every
+off-diagonal element is below eps, and eigenvalues are sorted by the launcher (glue).
 
 n > 64, blocked: the same parallel order over blocks of BLOCK rows (ports.eigh.blocked_layouts).
 Each round holds A in a layout where the two blocks of every pair sit side by side; the pairs'
-2 BLOCK x 2 BLOCK diagonal blocks are diagonalised by the on-chip kernel above (one program per
-pair, at most BLOCK_SWEEPS sweeps), giving one rotation J_P per pair, and `_rotate_blocks_kernel` applies them all:
-A[P, Q] <- J_P^T A[P, Q] J_Q per pair-sized block of A, V[R, Q] <- V[R, Q] J_Q per block of V (fp32
-IEEE products; each program reads and writes only its own block, so the update is in place).
-Moving to the next round's layout is a gather (glue). Sweeps stop when the off-diagonal
-Frobenius norm is below eps ||A||_F for every matrix, or stops halving near it
-(ports.eigh.blocked_converged).
+2 BLOCK x 2 BLOCK diagonal blocks, read in place in A, are diagonalised by the on-chip kernel
+above (one program per pair, at most BLOCK_SWEEPS sweeps), giving one rotation J_P per pair,
+and `_rotate_blocks_kernel` applies them all: A[P, Q] <- J_P^T A[P, Q] J_Q per pair-sized block
+of A, V[R, Q] <- V[R, Q] J_Q per block of V (fp32 IEEE products; each program reads and writes
+only its own block, so the update is in place). Moving to the next round's layout is a gather
+(glue). Sweeps stop when the off-diagonal Frobenius norm is below 16 eps ||A||_F for every
+matrix, or at a rounding floor below 100 eps (ports.eigh.blocked_converged).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BLOCK, BLOCK_SWEEPS, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_converged,
-                        blocked_layouts, jacobi_size, jacobi_warps, round_robin_partners, validate)
+                        blocked_layouts, check_offsets, jacobi_size, jacobi_warps, round_robin_partners, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -105,17 +107,27 @@ def _on_chip(a: torch.Tensor, size: int, partners: torch.Tensor, max_sweeps: int
     return vectors, values
 
 
-def _partners(size: int, device) -> torch.Tensor:
+@functools.lru_cache(maxsize=16)
+def _partners(size: int, device: torch.device) -> torch.Tensor:
     return torch.tensor(round_robin_partners(size), device=device, dtype=torch.int32)
 
 
-def _blocked(a: torch.Tensor):
-    """(V, diagonal, original index of each position) of the blocked Jacobi, unsorted and padded."""
-    batch, n, _ = a.shape
+@functools.lru_cache(maxsize=16)
+def _schedule(n: int, device: torch.device):
+    """The blocked schedule as device index tables (they depend on n only, like compiled code):
+    (size, rounds, first layout, moves, positions of the real indices in the last layout)."""
     size, layouts, moves = blocked_layouts(n, BLOCK)
+    keep = [at for at, index in enumerate(layouts[-1]) if index < n]
+    return size, len(layouts), *(torch.tensor(table, device=device) for table in (layouts[0], moves, keep))
+
+
+def _blocked(a: torch.Tensor):
+    """(V, diagonal) of the blocked Jacobi for the real (unpadded) indices, unsorted."""
+    batch, n, _ = a.shape
+    size, rounds, first, moves, keep = _schedule(n, a.device)
+    check_offsets(batch, size)
     pair = 2 * BLOCK
     pairs = size // pair
-    first, moves = (torch.tensor(table, device=a.device) for table in (layouts[0], moves))
     partners = _partners(pair, a.device)
     scale = a.abs().amax(dim=(1, 2), keepdim=True)
     x = F.pad(0.5 * (a + a.mT) / torch.where(scale > 0, scale, 1.0), (0, size - n, 0, size - n))
@@ -123,7 +135,7 @@ def _blocked(a: torch.Tensor):
     v = torch.eye(size, device=a.device)[:, first].expand(batch, size, size).contiguous()
     previous = torch.inf
     for sweep in range(BLOCKED_MAX_SWEEPS):
-        for r in range(len(layouts)):
+        for r in range(rounds):
             if sweep or r:
                 x, v = x[:, moves[r][:, None], moves[r]], v[:, :, moves[r]].contiguous()
             rotations, _ = _on_chip(x, pair, partners, BLOCK_SWEEPS)  # each pair's diagonal block
@@ -136,7 +148,7 @@ def _blocked(a: torch.Tensor):
         if blocked_converged(worst, previous):
             break
         previous = worst
-    return v, diagonal * scale[:, :, 0], layouts[-1]
+    return v[:, :n][:, :, keep], (diagonal * scale[:, :, 0])[:, keep]
 
 
 def eigh(a: torch.Tensor):
@@ -146,11 +158,10 @@ def eigh(a: torch.Tensor):
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     if n > JACOBI_MAX_N:
-        vectors, values, layout = _blocked(a)
-        keep = torch.tensor([at for at, index in enumerate(layout) if index < n], device=a.device)
-        vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
+        vectors, values = _blocked(a)
     else:
         size = jacobi_size(n)
+        check_offsets(batch, size)
         vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), size, _partners(size, a.device))
         vectors, values = vectors[:, :n, :n], values[:, :n]
     values, order = values.sort(dim=-1)
