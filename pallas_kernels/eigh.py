@@ -120,7 +120,7 @@ def _rotate_blocks(x, rotations, *, left, interpret):
 
 
 def _blocked(a, *, interpret):
-    """(V, diagonal) of the blocked Jacobi, unsorted, padded, in layout blocked_layouts(n, BLOCK)[1][0]."""
+    """(V, diagonal) of the blocked Jacobi for the real (unpadded) indices, unsorted."""
     batch, n, _ = a.shape
     size, layouts, moves = blocked_layouts(n, BLOCK)
     check_offsets(batch, size)
@@ -155,7 +155,8 @@ def _blocked(a, *, interpret):
         return (count < BLOCKED_MAX_SWEEPS) & ~blocked_converged(worst, previous)
 
     _, x, v, _, _ = jax.lax.while_loop(unconverged, sweep, (0, x, v, jnp.inf, jnp.inf))
-    return v, jnp.diagonal(x, axis1=1, axis2=2) * scale[:, :, 0]
+    keep = jnp.array([at for at, index in enumerate(layouts[0]) if index < n])  # sweeps end in the first layout
+    return v[:, :n][:, :, keep], (jnp.diagonal(x, axis1=1, axis2=2) * scale[:, :, 0])[:, keep]
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))
@@ -163,8 +164,6 @@ def _eigh(a, *, interpret):
     batch, n, _ = a.shape
     if n > JACOBI_MAX_N:
         vectors, values = _blocked(a, interpret=interpret)
-        keep = jnp.array([at for at, index in enumerate(blocked_layouts(n, BLOCK)[1][0]) if index < n])
-        vectors, values = vectors[:, :n][:, :, keep], values[:, keep]
     else:
         size = jacobi_size(n)
         check_offsets(batch, size)

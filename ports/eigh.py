@@ -403,23 +403,22 @@ def eigh_torch(a):
     return vectors, values
 
 
-_jitted_eigh = None
+@functools.cache
+def _jitted_eigh():
+    import jax
+    import jax.numpy as jnp
+
+    def decompose(matrix):
+        values, vectors = jnp.linalg.eigh(matrix)
+        return vectors, values
+
+    return jax.jit(decompose)
 
 
 def eigh_jax(a):
     """jnp.linalg.eigh under jax.jit."""
-    global _jitted_eigh
-    if _jitted_eigh is None:
-        import jax
-        import jax.numpy as jnp
-
-        def decompose(matrix):
-            values, vectors = jnp.linalg.eigh(matrix)
-            return vectors, values
-
-        _jitted_eigh = jax.jit(decompose)
     validate(a)
-    return _jitted_eigh(a)
+    return _jitted_eigh()(a)
 
 
 WORKLOAD = Workload(

@@ -11,6 +11,7 @@ Triton and Pallas ports.
 """
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -210,24 +211,23 @@ def matmul_torch(data):
     return a @ b
 
 
-_jitted_dot = None
+@functools.cache
+def _jitted_dot():
+    import jax
+    import jax.numpy as jnp
+
+    def dot(a, b, out):
+        product = jnp.matmul(a, b, preferred_element_type=jnp.float32)
+        return product if out == "float32" else product.astype(a.dtype)
+
+    return jax.jit(dot, static_argnames="out")
 
 
 def matmul_xla(data):
     """XLA's dot through jax.jit, fp32 accumulation."""
-    global _jitted_dot
     validate(data)
-    if _jitted_dot is None:
-        import jax
-        import jax.numpy as jnp
-
-        def dot(a, b, out):
-            product = jnp.matmul(a, b, preferred_element_type=jnp.float32)
-            return product if out == "float32" else product.astype(a.dtype)
-
-        _jitted_dot = jax.jit(dot, static_argnames="out")
     a, b, out = data
-    return _jitted_dot(a, b, out=out)
+    return _jitted_dot()(a, b, out=out)
 
 
 WORKLOAD = Workload(

@@ -18,6 +18,7 @@ interpreters. Correct means every element within rtol = atol = 2e-2 of a float64
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -209,17 +210,16 @@ def trimul_torch_fp32(data):
     return _run_without_tf32(_forward_torch, data)
 
 
-_compiled_forward = None
+@functools.cache
+def _compiled_forward():
+    # one graph per shape: the default limit of 8 would fall back to eager on the test cases
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    return torch.compile(_forward_torch, dynamic=False)
 
 
 def trimul_torch_compile(data):
     """torch.compile of the float32 reference (TF32 off); compiled once per shape by torch."""
-    global _compiled_forward
-    if _compiled_forward is None:
-        # one graph per shape: the default limit of 8 would fall back to eager on the test cases
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        _compiled_forward = torch.compile(_forward_torch, dynamic=False)
-    return _run_without_tf32(_compiled_forward, data)
+    return _run_without_tf32(_compiled_forward(), data)
 
 
 def _forward_jax(x, mask, weights, hidden: int):
@@ -244,19 +244,18 @@ def _forward_jax(x, mask, weights, hidden: int):
     return linear(out, "to_out")
 
 
-_jitted_forward = None
+@functools.cache
+def _jitted_forward():
+    import jax
+
+    return jax.jit(_forward_jax, static_argnames="hidden")
 
 
 def trimul_jax_xla(data):
     """jax.jit of the same float32 computation (XLA, precision HIGHEST: no TF32)."""
-    global _jitted_forward
-    if _jitted_forward is None:
-        import jax
-
-        _jitted_forward = jax.jit(_forward_jax, static_argnames="hidden")
     validate(data)
     x, mask, weights, config = data
-    return _jitted_forward(x, mask, weights, hidden=config["hidden_dim"])
+    return _jitted_forward()(x, mask, weights, hidden=config["hidden_dim"])
 
 
 @dataclass(frozen=True)
