@@ -141,9 +141,12 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         times, failures = [], []
         generator = torch.Generator().manual_seed(len(pool))
         begun = time.perf_counter()
-        while len(times) < settings.max_iters and (
-                len(times) < settings.min_iters or time.perf_counter() - begun < settings.min_seconds) and (
-                len(times) < BUDGET_RUNS or time.perf_counter() - begun < settings.max_seconds):
+        while True:
+            runs, elapsed = len(times), time.perf_counter() - begun
+            enough = runs >= settings.min_iters and elapsed >= settings.min_seconds
+            over_budget = runs >= BUDGET_RUNS and elapsed >= settings.max_seconds
+            if runs >= settings.max_iters or enough or over_budget:
+                break
             member = (len(times) + 2) % len(pool)
             data, expected = workload.vary(pool[member], references[member], generator)
             inputs = to_framework(impl.framework, data)
