@@ -123,18 +123,17 @@ def test_ports_agree_on_eigenvalues():
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=1e-5 * float(triton_values.abs().max()))
 
 
-def test_blocked_layouts_pair_every_two_blocks_once_per_sweep():
+def test_blocked_pairs_meet_every_two_blocks_once_per_sweep():
     n, block = 100, 16
-    size, layouts, moves = spec.blocked_layouts(n, block)
-    assert size == 128 and len(layouts) == len(moves) == size // block - 1
+    size, rows = spec.blocked_pairs(n, block)
+    assert size == 128 and len(rows) == size // block - 1
     met = set()
-    for r, layout in enumerate(layouts):
-        assert sorted(layout) == list(range(size))
-        assert [layouts[r - 1][i] for i in moves[r]] == layout  # moves[r] gathers layout r from the one before
-        blocks = [layout[at] // block for at in range(0, size, block)]
-        assert all(layout[at * block:(at + 1) * block] == list(range(b * block, (b + 1) * block))
-                   for at, b in enumerate(blocks))  # whole blocks, kept in order
-        met |= {frozenset(blocks[c:c + 2]) for c in range(0, len(blocks), 2)}
+    for round_rows in rows:
+        assert sorted(index for pair in round_rows for index in pair) == list(range(size))  # the pairs partition the rows
+        for pair in round_rows:
+            first, second = pair[0] // block, pair[block] // block
+            assert pair == [b * block + offset for b in (first, second) for offset in range(block)]  # two whole blocks
+            met.add(frozenset((first, second)))
     assert len(met) == (size // block) * (size // block - 1) // 2
 
 
