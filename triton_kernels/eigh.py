@@ -72,11 +72,12 @@ def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: 
     sweep = 0
     while (sweep < MAX_SWEEPS) & (off > tolerance):
         for m in range(1, N):  # round m pairs i with i ^ m
-            meets = rows[None, :] == (rows[:, None] ^ m)
-            diagonal = tl.sum(tl.where(eye, a, 0.0), axis=1)
-            a_ij = 0.5 * (tl.sum(tl.where(meets, a, 0.0), axis=1) + tl.sum(tl.where(meets, a, 0.0), axis=0))
-            d_j = tl.sum(tl.where(meets, diagonal[None, :], 0.0), axis=1)
-            first = rows < (rows ^ m)  # row i is p (else q) of its pair
+            partner = rows ^ m
+            diagonal = tl.sum(tl.where(eye, a, 0.0), axis=1)  # row reductions: within a warp
+            a_row = tl.sum(tl.where(rows[None, :] == partner[:, None], a, 0.0), axis=1)  # A[i, i ^ m]
+            a_ij = 0.5 * (a_row + tl.gather(a_row, partner, 0))  # the same value for both members of a pair
+            d_j = tl.gather(diagonal, partner, 0)
+            first = rows < partner  # row i is p (else q) of its pair
             tau = tl.where(first, d_j - diagonal, diagonal - d_j) / (2.0 * a_ij)
             t = tl.where(tau >= 0, 1.0, -1.0) / (tl.abs(tau) + tl.sqrt_rn(1.0 + tau * tau))
             t = tl.where(a_ij == 0.0, 0.0, t)
