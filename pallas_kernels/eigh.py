@@ -3,9 +3,12 @@
 n <= 64: one program per matrix (padded to a power of two N >= 16) holds A and the
 accumulated rotations V. A sweep is the N - 1 rounds m = 1 .. N - 1 of the XOR pairing (i meets
 i ^ m); each round's N/2 disjoint plane rotations form one orthogonal J, applied elementwise as
-in the Triton port: (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], likewise for the rows and for V,
-exchanging rows or columns i and i ^ m with one reshape / transpose / unstack / stack per set bit
-of m (`_flip`, under a `lax.cond` per bit). The matrix is scaled by 1/max|A| and symmetrised
+in the Triton port: (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], likewise for the rows and for V.
+The Triton port exchanges rows or columns i and i ^ m with a register gather; Pallas's Triton
+lowering has no gather, so here the exchange is a product with the 0/1 permutation on tensor
+cores, exact through a three-way bfloat16 split (`_exchange`; on the H200 8% faster than
+exchanging halves by reshapes once per set bit of m, and still about 4 times slower than the
+Triton port's on-chip kernel: results/h200/NOTES.md). The matrix is scaled by 1/max|A| and symmetrised
 first; both members of a pair use the same averaged A[p, q]. Sweeps stop once every off-diagonal
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
@@ -35,23 +38,19 @@ def _dot(a, b):
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _flip_bit(x, bit, axis):
-    """x (N x N) with rows (axis 0) or columns (axis 1) i and i ^ 2^bit exchanged."""
-    size = x.shape[0]
+def _exchange(x, m, axis):
+    """x (N x N) with its rows (axis 0) or columns (axis 1) i and i ^ m exchanged, as products with
+    the 0/1 permutation on tensor cores: x splits exactly into three bfloat16 parts (8 + 8 + 8
+    significant bits), each part's product is exact, and so is their sum."""
+    rows = jnp.arange(x.shape[0])
+    permutation = (rows[:, None] == (rows[None, :] ^ m)).astype(jnp.bfloat16)
+    high = x.astype(jnp.bfloat16)
+    rest = x - high.astype(jnp.float32)
+    middle = rest.astype(jnp.bfloat16)
+    low = (rest - middle.astype(jnp.float32)).astype(jnp.bfloat16)
     if axis == 1:
-        x = x.reshape(size, size >> (bit + 1), 2, 1 << bit).transpose(0, 1, 3, 2)
-        low, high = jnp.unstack(x, axis=-1)
-        return jnp.stack([high, low], axis=-1).transpose(0, 1, 3, 2).reshape(size, size)
-    x = x.reshape(size >> (bit + 1), 2, 1 << bit, size).transpose(0, 2, 3, 1)
-    low, high = jnp.unstack(x, axis=-1)
-    return jnp.stack([high, low], axis=-1).transpose(0, 3, 1, 2).reshape(size, size)
-
-
-def _flip(x, m, axis):
-    """x with rows (axis 0) or columns (axis 1) i and i ^ m exchanged: one exchange per set bit of m."""
-    for bit in range(x.shape[0].bit_length() - 1):
-        x = jax.lax.cond((m >> bit) & 1 == 1, functools.partial(_flip_bit, bit=bit, axis=axis), lambda x: x, x)
-    return x
+        return sum((jnp.dot(part, permutation, preferred_element_type=jnp.float32) for part in (low, middle, high)), 0.0)
+    return sum((jnp.dot(permutation, part, preferred_element_type=jnp.float32) for part in (low, middle, high)), 0.0)
 
 
 def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tolerance):
@@ -72,9 +71,8 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
         a, v = carry
         meets = rows[None, :] == (rows[:, None] ^ m)
         diagonal = jnp.sum(jnp.where(eye, a, 0.0), axis=1)
-        # A[i, i ^ m] and A[i ^ m, i] as masked row and column sums: the Triton port gathers the
-        # partner's entry of a vector instead; exchanging a vector by bit flips under lax.cond made
-        # this kernel 20% slower on the H200, so Pallas keeps the reductions (the same values)
+        # A[i, i ^ m] and A[i ^ m, i] as masked row and column sums (the Triton port gathers the
+        # partner's entry of a vector instead; the same values)
         a_ij = 0.5 * (jnp.sum(jnp.where(meets, a, 0.0), axis=1) + jnp.sum(jnp.where(meets, a, 0.0), axis=0))
         d_j = jnp.sum(jnp.where(meets, diagonal[None, :], 0.0), axis=1)
         first = rows < (rows ^ m)  # row i is p (else q) of its pair
@@ -83,9 +81,9 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
         t = jnp.where(a_ij == 0.0, 0.0, t)
         c = 1.0 / jnp.sqrt(1.0 + t * t)
         s = jnp.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
-        a = c[None, :] * a - s[None, :] * _flip(a, m, 1)  # A J
-        a = c[:, None] * a - s[:, None] * _flip(a, m, 0)  # J^T (A J)
-        return a, c[None, :] * v - s[None, :] * _flip(v, m, 1)
+        a = c[None, :] * a - s[None, :] * _exchange(a, m, 1)  # A J
+        a = c[:, None] * a - s[:, None] * _exchange(a, m, 0)  # J^T (A J)
+        return a, c[None, :] * v - s[None, :] * _exchange(v, m, 1)
 
     def sweep(carry):
         count, a, v, _ = carry
