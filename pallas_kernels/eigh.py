@@ -38,19 +38,21 @@ def _dot(a, b):
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _exchange(x, m, axis):
-    """x (N x N) with its rows (axis 0) or columns (axis 1) i and i ^ m exchanged, as products with
-    the 0/1 permutation on tensor cores: x splits exactly into three bfloat16 parts (8 + 8 + 8
-    significant bits), each part's product is exact, and so is their sum."""
-    rows = jnp.arange(x.shape[0])
-    permutation = (rows[:, None] == (rows[None, :] ^ m)).astype(jnp.bfloat16)
+def _dot_f32(a, b):
+    return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def _exchange(x, permutation, axis):
+    """x (N x N) with its rows (axis 0) or columns (axis 1) exchanged by a symmetric 0/1
+    permutation (bfloat16), on tensor cores: x splits into three bfloat16 parts (8 + 8 + 8
+    significant bits), each part's product and their sum are exact (for |x| above about 2^-100,
+    where the low part is not subnormal: A and V are scaled to entries of at most 1)."""
     high = x.astype(jnp.bfloat16)
     rest = x - high.astype(jnp.float32)
     middle = rest.astype(jnp.bfloat16)
     low = (rest - middle.astype(jnp.float32)).astype(jnp.bfloat16)
-    if axis == 1:
-        return sum((jnp.dot(part, permutation, preferred_element_type=jnp.float32) for part in (low, middle, high)), 0.0)
-    return sum((jnp.dot(permutation, part, preferred_element_type=jnp.float32) for part in (low, middle, high)), 0.0)
+    product = (lambda part: _dot_f32(part, permutation)) if axis == 1 else (lambda part: _dot_f32(permutation, part))
+    return (product(low) + product(middle)) + product(high)
 
 
 def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tolerance):
@@ -73,7 +75,8 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
         diagonal = jnp.sum(jnp.where(eye, a, 0.0), axis=1)
         # A[i, i ^ m] and A[i ^ m, i] as masked row and column sums (the Triton port gathers the
         # partner's entry of a vector instead; the same values)
-        a_ij = 0.5 * (jnp.sum(jnp.where(meets, a, 0.0), axis=1) + jnp.sum(jnp.where(meets, a, 0.0), axis=0))
+        paired = jnp.where(meets, a, 0.0)
+        a_ij = 0.5 * (jnp.sum(paired, axis=1) + jnp.sum(paired, axis=0))
         d_j = jnp.sum(jnp.where(meets, diagonal[None, :], 0.0), axis=1)
         first = rows < (rows ^ m)  # row i is p (else q) of its pair
         tau = jnp.where(first, d_j - diagonal, diagonal - d_j) / (2.0 * a_ij)
@@ -81,9 +84,10 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
         t = jnp.where(a_ij == 0.0, 0.0, t)
         c = 1.0 / jnp.sqrt(1.0 + t * t)
         s = jnp.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
-        a = c[None, :] * a - s[None, :] * _exchange(a, m, 1)  # A J
-        a = c[:, None] * a - s[:, None] * _exchange(a, m, 0)  # J^T (A J)
-        return a, c[None, :] * v - s[None, :] * _exchange(v, m, 1)
+        permutation = meets.astype(jnp.bfloat16)  # symmetric: P[i, j] = 1 where j = i ^ m
+        a = c[None, :] * a - s[None, :] * _exchange(a, permutation, 1)  # A J
+        a = c[:, None] * a - s[:, None] * _exchange(a, permutation, 0)  # J^T (A J)
+        return a, c[None, :] * v - s[None, :] * _exchange(v, permutation, 1)
 
     def sweep(carry):
         count, a, v, _ = carry
@@ -136,10 +140,11 @@ def _rotate_blocks_kernel(x_ref, right_ref, rows_ref, *refs, pair, left):
 def _rotate_blocks(x, rotations, rows, *, left, interpret):
     batch, size, _ = x.shape
     pairs, pair = rows.shape
-    matrix = pl.BlockSpec((None, size, size), lambda i: (i // (pairs * pairs), 0, 0))  # the matrix varies slowest
-    rotation = [pl.BlockSpec((None, None, pair, pair), lambda i: (i // (pairs * pairs), i % pairs, 0, 0))]
+    per_matrix = pairs * pairs  # programs per matrix: the matrix varies slowest
+    matrix = pl.BlockSpec((None, size, size), lambda i: (i // per_matrix, 0, 0))
+    rotation = [pl.BlockSpec((None, None, pair, pair), lambda i: (i // per_matrix, i % pairs, 0, 0))]
     if left:
-        rotation.append(pl.BlockSpec((None, None, pair, pair), lambda i: (i // (pairs * pairs), i // pairs % pairs, 0, 0)))
+        rotation.append(pl.BlockSpec((None, None, pair, pair), lambda i: (i // per_matrix, i // pairs % pairs, 0, 0)))
     return pl.pallas_call(
         functools.partial(_rotate_blocks_kernel, pair=pair, left=left),
         out_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32), grid=(batch * pairs * pairs,),

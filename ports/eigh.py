@@ -313,17 +313,17 @@ def vary(a, eigenvalues64, gen):
     return (a[:, order][:, :, order] * factor).contiguous(), eigenvalues64 * factor
 
 
-JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps is typical
-JACOBI_MAX_N = 64  # the on-chip kernel holds A, V and one rotation matrix in registers
+JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps was typical (previous order)
+JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copies) in registers
 BLOCK = 16  # larger n: blocked Jacobi on pairs of BLOCK-row blocks, each pair (2 BLOCK rows) on chip
 BLOCK_SWEEPS = 1  # on-chip sweeps per pair per round
 BLOCKED_MAX_SWEEPS = 20
 BLOCKED_TOLERANCE = 16 * EPS
 BLOCKED_FLOOR = 100 * EPS
-# Block and sweeps measured on the H200 (Triton, 16 x 512 and 4 x 1024 dense; results/h200/NOTES.md):
-# pairs of 64 rows (block 32) spill on chip and ran 2 to 7 times slower than pairs of 32; with
-# 16-row blocks, one on-chip sweep per round needed no more outer sweeps than full convergence
-# (13 / 14 either way).
+# Block and sweeps measured on the H200 (results/h200/NOTES.md): with the present kernels, pairs
+# of 64 rows (block 32) ran 2 to 8 times slower than pairs of 32 in both ports; with the previous
+# design's on-chip order, one on-chip sweep per round needed no more outer sweeps than full
+# convergence (13 / 14 at n = 512 / 1024 either way).
 
 
 def blocked_converged(worst, previous):
@@ -344,7 +344,8 @@ def check_offsets(batch: int, size: int) -> None:
 
 
 def jacobi_size(n: int) -> int:
-    """The power of two (at least 16, the smallest matrix-product tile) the on-chip Jacobi pads n to."""
+    """The power of two the on-chip Jacobi pads n to: at least 16, the smallest tile of the Pallas
+    port's exchange products."""
     if n > JACOBI_MAX_N:
         raise ValueError(f"the on-chip Jacobi takes n <= {JACOBI_MAX_N}, got n = {n}")
     return max(16, 1 << (n - 1).bit_length())
@@ -369,7 +370,7 @@ def blocked_pairs(n: int, block: int = BLOCK) -> tuple[int, list[list[list[int]]
 
 
 def round_robin_partners(size: int) -> list[list[int]]:
-    """partners[r][i]: the index paired with i in round r of a Jacobi sweep (size even).
+    """partners[r][i]: the index paired with i in round r of a sweep (size even; the blocked Jacobi pairs blocks so).
 
     The circle method: index 0 stays, the others rotate one place per round, and position k meets
     position size-1-k, so the size-1 rounds pair every two indices exactly once, disjointly.

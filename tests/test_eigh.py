@@ -4,6 +4,7 @@ They pin down the definition the ports are judged by (a library solver passes ev
 check fails wrong answers) and run the Jacobi ports on every family: on chip for n <= 64, blocked above
 (at n = 70 on CPU, where the interpreters are slow; GPU MODE's 39 test cases on CUDA).
 """
+import numpy as np
 import pytest
 import torch
 
@@ -97,7 +98,7 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 PORTS = ("triton", "pallas")
 
 
-@pytest.mark.parametrize("size", [16, 32, 64])
+@pytest.mark.parametrize("size", [2, 6, 12, 22, 32])  # block counts of the blocked Jacobi, powers of two or not
 def test_round_robin_pairs_every_two_indices_once(size):
     partners = spec.round_robin_partners(size)
     assert len(partners) == size - 1
@@ -123,18 +124,33 @@ def test_ports_agree_on_eigenvalues():
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=1e-5 * float(triton_values.abs().max()))
 
 
-def test_blocked_pairs_meet_every_two_blocks_once_per_sweep():
-    n, block = 100, 16
-    size, rows = spec.blocked_pairs(n, block)
-    assert size == 128 and len(rows) == size // block - 1
+@pytest.mark.parametrize("n, size", [(70, 96), (100, 128), (176, 192)])
+def test_blocked_pairs_meet_every_two_blocks_once_per_sweep(n, size):
+    block = 16
+    padded, rows = spec.blocked_pairs(n, block)
+    assert padded == size and len(rows) == size // block - 1
     met = set()
     for round_rows in rows:
         assert sorted(index for pair in round_rows for index in pair) == list(range(size))  # the pairs partition the rows
         for pair in round_rows:
             first, second = pair[0] // block, pair[block] // block
-            assert pair == [b * block + offset for b in (first, second) for offset in range(block)]  # two whole blocks
+            # two whole blocks: runs of `block` contiguous indices from multiples of `block` (the kernels' hint)
+            assert pair == [b * block + offset for b in (first, second) for offset in range(block)]
             met.add(frozenset((first, second)))
     assert len(met) == (size // block) * (size // block - 1) // 2
+
+
+@pytest.mark.parametrize("size", [16, 32, 64])
+def test_pallas_exchange_by_permutation_product_is_exact(size):
+    import jax.numpy as jnp
+    from pallas_kernels.eigh import _exchange
+    x = np.random.default_rng(size).standard_normal((size, size)).astype(np.float32)
+    x[0, 1], x[1, 0] = 1e-20, -3e-7  # small entries keep their bits too (above 2^-100, see _exchange)
+    rows = np.arange(size)
+    for m in (1, 5, size - 1):
+        permutation = jnp.asarray(rows[:, None] == (rows[None, :] ^ m), jnp.bfloat16)
+        assert np.array_equal(np.asarray(_exchange(jnp.asarray(x), permutation, 1)), x[:, rows ^ m])
+        assert np.array_equal(np.asarray(_exchange(jnp.asarray(x), permutation, 0)), x[rows ^ m, :])
 
 
 @pytest.mark.parametrize("family, n", [("mixed", 70), ("clustered", 70), ("lapack_dense_even_low_magnitude", 70),

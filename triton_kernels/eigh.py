@@ -7,11 +7,12 @@ sweep meets every two indices once), so one round is a single orthogonal J made 
 rotations, each zeroing its A[p, q] (Golub & Van Loan's symmetric Schur decomposition). J is
 applied elementwise, O(N^2) per round rather than a matrix product's O(N^3): with J[i, i] = c_i
 and J[i ^ m, i] = -s_i, (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], and likewise for the rows of
-J^T (A J) and for V J; exchanging rows or columns i and i ^ m is one register gather (`tl.gather`;
-the Pallas port, whose Triton lowering has no gather, exchanges halves once per set bit of m, and
-its on-chip kernel is about 3 times slower for it: results/h200/NOTES.md). Padding rows and columns are zero off the diagonal, so they never mix with the
-matrix. The matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the
-extreme magnitudes); both members of a pair compute their rotation from the same averaged
+J^T (A J) and for V J; exchanging rows or columns i and i ^ m is one register gather
+(`tl.gather`; the Pallas port, whose Triton lowering has no gather, multiplies by the 0/1
+permutation instead, and its on-chip kernel is about 4 times slower: results/h200/NOTES.md).
+Padding rows and columns are zero off the diagonal, so they never mix with the matrix. The
+matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the extreme
+magnitudes); both members of a pair compute their rotation from the same averaged
 A[p, q], so they agree on it exactly. Sweeps stop once every off-diagonal element is below eps;
 the launcher sorts the eigenvalues (glue).
 
@@ -22,10 +23,10 @@ through the round's row table (one program per pair, at most BLOCK_SWEEPS sweeps
 rotation J_P per pair, and `_rotate_blocks_kernel` applies them all in place: A[P, Q] <- J_P^T
 A[P, Q] J_Q for every two pairs' rows and columns, V[R, Q] <- V[R, Q] J_Q (fp32 IEEE products;
 each program reads and writes only its own elements). The matrix never moves. The row tables
-come in runs of BLOCK contiguous indices, and the kernels say so (`tl.max_contiguous`): without
-the hint the indexed loads and stores are not vectorised and the rotation kernel ran 3 to 4 times
-slower on the H200. Sweeps stop when
-the off-diagonal Frobenius norm is below 16 eps ||A||_F for every matrix, or at a rounding floor
+come in contiguous runs (of BLOCK; one run of N on the whole-matrix path) and the kernels say so
+(`tl.max_contiguous`): without the hint the indexed loads and stores are not vectorised and the
+rotation kernel ran 3 to 4 times slower on the H200. Sweeps stop when the off-diagonal Frobenius
+norm is below 16 eps ||A||_F for every matrix, or at a rounding floor
 below 100 eps (ports.eigh.blocked_converged).
 """
 from __future__ import annotations
@@ -53,6 +54,16 @@ def _exchange(x, m, AXIS: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
+def _diagonal(a, eye):
+    return tl.sum(tl.where(eye, a, 0.0), axis=1)  # a row reduction: within a warp
+
+
+@triton.jit
+def _off_diagonal_max(a, eye):
+    return tl.max(tl.max(tl.where(eye, 0.0, tl.abs(a)), axis=1), axis=0)
+
+
+@triton.jit
 def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: tl.constexpr, RUN: tl.constexpr,
                    MAX_SWEEPS: tl.constexpr):
     """Program i diagonalises the N x N principal submatrix on rows (and columns)
@@ -68,13 +79,13 @@ def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: 
     a = a / scale
     a = 0.5 * (a + tl.trans(a))
     v = eye.to(tl.float32)
-    off = tl.max(tl.max(tl.where(eye, 0.0, tl.abs(a)), axis=1), axis=0)
+    off = _off_diagonal_max(a, eye)
     sweep = 0
     while (sweep < MAX_SWEEPS) & (off > tolerance):
         for m in range(1, N):  # round m pairs i with i ^ m
             partner = rows ^ m
-            diagonal = tl.sum(tl.where(eye, a, 0.0), axis=1)  # row reductions: within a warp
-            a_row = tl.sum(tl.where(rows[None, :] == partner[:, None], a, 0.0), axis=1)  # A[i, i ^ m]
+            diagonal = _diagonal(a, eye)
+            a_row = tl.sum(tl.where(rows[None, :] == partner[:, None], a, 0.0), axis=1)  # A[i, i ^ m], within a warp
             a_ij = 0.5 * (a_row + tl.gather(a_row, partner, 0))  # the same value for both members of a pair
             d_j = tl.gather(diagonal, partner, 0)
             first = rows < partner  # row i is p (else q) of its pair
@@ -86,16 +97,17 @@ def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: 
             a = c[None, :] * a - s[None, :] * _exchange(a, m, 1, N)  # A J
             a = c[:, None] * a - s[:, None] * _exchange(a, m, 0, N)  # J^T (A J)
             v = c[None, :] * v - s[None, :] * _exchange(v, m, 1, N)
-        off = tl.max(tl.max(tl.where(eye, 0.0, tl.abs(a)), axis=1), axis=0)
+        off = _off_diagonal_max(a, eye)
         sweep += 1
     tl.store(q_ptr + matrix * N * N + rows[:, None] * N + rows[None, :], v)
-    tl.store(l_ptr + matrix * N + rows, tl.sum(tl.where(eye, a, 0.0), axis=1) * scale)
+    tl.store(l_ptr + matrix * N + rows, _diagonal(a, eye) * scale)
 
 
 @triton.jit
-def _rotate_blocks_kernel(x_ptr, rotations_ptr, rows_ptr, size, LEFT: tl.constexpr, PAIR: tl.constexpr):
+def _rotate_blocks_kernel(x_ptr, rotations_ptr, rows_ptr, size, LEFT: tl.constexpr, PAIR: tl.constexpr,
+                          RUN: tl.constexpr):
     """Program (matrix, R, Q), Q fastest: X[R, Q] <- X[R, Q] J_Q, and with LEFT also J_R^T on the
-    left, in place. Q (and R with LEFT) is a pair's rows, rows[Q], two contiguous runs of PAIR / 2;
+    left, in place. Q (and R with LEFT) is a pair's rows, rows[Q], in contiguous runs of RUN;
     without LEFT, R is rows R * PAIR onwards; J_P = rotations[matrix, P]. The matrix varies
     slowest, so the programs of one matrix share its rotations in L2."""
     pairs = size // PAIR
@@ -103,7 +115,7 @@ def _rotate_blocks_kernel(x_ptr, rotations_ptr, rows_ptr, size, LEFT: tl.constex
     matrix, row_block, col_pair = program // (pairs * pairs), program // pairs % pairs, program % pairs
     offsets = tl.arange(0, PAIR)
     square = offsets[:, None] * PAIR + offsets[None, :]
-    cols = tl.max_contiguous(tl.multiple_of(tl.load(rows_ptr + col_pair * PAIR + offsets), PAIR // 2), PAIR // 2)
+    cols = tl.max_contiguous(tl.multiple_of(tl.load(rows_ptr + col_pair * PAIR + offsets), RUN), RUN)
     rows = tl.load(rows_ptr + row_block * PAIR + offsets) if LEFT else row_block * PAIR + offsets
     block_ptrs = x_ptr + matrix * size * size + rows[:, None] * size + cols[None, :]
     x = tl.load(block_ptrs)
@@ -151,7 +163,7 @@ def _blocked(a: torch.Tensor):
             rotations, _ = _on_chip(x, rows, BLOCK, BLOCK_SWEEPS)  # each pair's principal submatrix
             for target, left in ((x, True), (v, False)):
                 _rotate_blocks_kernel[(batch * pairs * pairs,)](target, rotations, rows, size, LEFT=left, PAIR=pair,
-                                                                num_warps=4)
+                                                                RUN=BLOCK, num_warps=4)
         diagonal = x.diagonal(dim1=1, dim2=2)
         off = ((x - torch.diag_embed(diagonal)).square().sum(dim=(1, 2)) / x.square().sum(dim=(1, 2))).sqrt()
         worst = off.nan_to_num(0.0).max().item()  # an all-zero matrix gives 0 / 0
