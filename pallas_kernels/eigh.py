@@ -66,19 +66,23 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
     a = a / scale
     a = 0.5 * (a + a.T)
 
+    def diagonal_of(a):
+        return jnp.sum(jnp.where(eye, a, 0.0), axis=1)
+
     def off_diagonal(a):
         return jnp.max(jnp.max(jnp.where(eye, 0.0, jnp.abs(a)), axis=1), axis=0)
 
     def round_(m, carry):  # round m pairs i with i ^ m
         a, v = carry
-        meets = rows[None, :] == (rows[:, None] ^ m)
-        diagonal = jnp.sum(jnp.where(eye, a, 0.0), axis=1)
+        partner = rows ^ m
+        meets = rows[None, :] == partner[:, None]
+        diagonal = diagonal_of(a)
         # A[i, i ^ m] and A[i ^ m, i] as masked row and column sums (the Triton port gathers the
         # partner's entry of a vector instead; the same values)
         paired = jnp.where(meets, a, 0.0)
         a_ij = 0.5 * (jnp.sum(paired, axis=1) + jnp.sum(paired, axis=0))
         d_j = jnp.sum(jnp.where(meets, diagonal[None, :], 0.0), axis=1)
-        first = rows < (rows ^ m)  # row i is p (else q) of its pair
+        first = rows < partner  # row i is p (else q) of its pair
         tau = jnp.where(first, d_j - diagonal, diagonal - d_j) / (2.0 * a_ij)
         t = jnp.where(tau >= 0, 1.0, -1.0) / (jnp.abs(tau) + jnp.sqrt(1.0 + tau * tau))
         t = jnp.where(a_ij == 0.0, 0.0, t)
@@ -100,7 +104,7 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
 
     _, a, v, _ = jax.lax.while_loop(unconverged, sweep, (0, a, eye.astype(jnp.float32), off_diagonal(a)))
     q_ref[...] = v
-    l_ref[...] = jnp.sum(jnp.where(eye, a, 0.0), axis=1) * scale
+    l_ref[...] = diagonal_of(a) * scale
 
 
 def _on_chip(a, rows, run, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
@@ -169,10 +173,11 @@ def _blocked(a, *, interpret):
 
     def round_(r, carry):
         x, v = carry
-        rotations, _ = _on_chip(x, schedule[r], BLOCK, BLOCK_SWEEPS, interpret=interpret)  # each pair's submatrix
+        rows = schedule[r]
+        rotations, _ = _on_chip(x, rows, BLOCK, BLOCK_SWEEPS, interpret=interpret)  # each pair's submatrix
         rotations = rotations.reshape(batch, pairs, pair, pair)
-        x = _rotate_blocks(x, rotations, schedule[r], left=True, interpret=interpret)
-        return x, _rotate_blocks(v, rotations, schedule[r], left=False, interpret=interpret)
+        x = _rotate_blocks(x, rotations, rows, left=True, interpret=interpret)
+        return x, _rotate_blocks(v, rotations, rows, left=False, interpret=interpret)
 
     def sweep(carry):
         count, x, v, _, worst = carry

@@ -45,9 +45,8 @@ EPS = torch.finfo(torch.float32).eps
 
 
 @triton.jit
-def _exchange(x, m, AXIS: tl.constexpr, N: tl.constexpr):
-    """x (N x N) with its rows (AXIS 0) or columns (AXIS 1) i and i ^ m exchanged: a register gather."""
-    partner = tl.arange(0, N) ^ m
+def _exchange(x, partner, AXIS: tl.constexpr, N: tl.constexpr):
+    """x (N x N) with its rows (AXIS 0) or columns (AXIS 1) i and partner[i] exchanged: a register gather."""
     if AXIS == 1:
         return tl.gather(x, tl.broadcast_to(partner[None, :], (N, N)), 1)
     return tl.gather(x, tl.broadcast_to(partner[:, None], (N, N)), 0)
@@ -94,9 +93,9 @@ def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: 
             t = tl.where(a_ij == 0.0, 0.0, t)
             c = 1.0 / tl.sqrt_rn(1.0 + t * t)  # IEEE square roots, as the Pallas lowering takes
             s = tl.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
-            a = c[None, :] * a - s[None, :] * _exchange(a, m, 1, N)  # A J
-            a = c[:, None] * a - s[:, None] * _exchange(a, m, 0, N)  # J^T (A J)
-            v = c[None, :] * v - s[None, :] * _exchange(v, m, 1, N)
+            a = c[None, :] * a - s[None, :] * _exchange(a, partner, 1, N)  # A J
+            a = c[:, None] * a - s[:, None] * _exchange(a, partner, 0, N)  # J^T (A J)
+            v = c[None, :] * v - s[None, :] * _exchange(v, partner, 1, N)
         off = _off_diagonal_max(a, eye)
         sweep += 1
     tl.store(q_ptr + matrix * N * N + rows[:, None] * N + rows[None, :], v)
