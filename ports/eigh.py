@@ -326,6 +326,23 @@ BLOCKED_FLOOR = 100 * EPS
 # convergence (13 / 14 at n = 512 / 1024 either way).
 
 
+# n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (both ports; the
+# kernels' docstrings say how). Inverse iteration shifts by the computed eigenvalue itself, and
+# by one shift per group of eigenvalues closer than GROUP_GAP eps ||T||. Measured on CPU with the
+# float32 prototype of the pipeline (results/h200/NOTES.md): every eigenvalue shifted up by
+# 10 eps ||T|| left a 512 x 512 geometric spectrum at orthogonality 250 to 690 (gate 100), no
+# shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
+# clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
+TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
+LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
+PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (the smallest tl.dot tile)
+BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
+PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
+INVERSE_ITERATIONS = 3
+GROUP_GAP = 10  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift
+CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T|| are orthogonalised against each other (LAPACK's dstein)
+
+
 def blocked_converged(worst, previous):
     """Whether the blocked Jacobi stops, from the largest relative off-diagonal Frobenius norm
     ||off(A)||_F / ||A||_F over the batch after this sweep and the one before. At 16 eps: the

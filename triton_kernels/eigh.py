@@ -38,8 +38,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BLOCK, BLOCK_SWEEPS, BLOCKED_MAX_SWEEPS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, blocked_converged,
-                        blocked_pairs, check_offsets, jacobi_size, jacobi_warps, validate)
+from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS,
+                        GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, TILE, check_offsets, jacobi_size, jacobi_warps, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -103,27 +103,271 @@ def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: 
 
 
 @triton.jit
-def _rotate_blocks_kernel(x_ptr, rotations_ptr, rows_ptr, size, LEFT: tl.constexpr, PAIR: tl.constexpr,
-                          RUN: tl.constexpr):
-    """Program (matrix, R, Q), Q fastest: X[R, Q] <- X[R, Q] J_Q, and with LEFT also J_R^T on the
-    left, in place. Q (and R with LEFT) is a pair's rows, rows[Q], in contiguous runs of RUN;
-    without LEFT, R is rows R * PAIR onwards; J_P = rotations[matrix, P]. The matrix varies
-    slowest, so the programs of one matrix share its rotations in L2."""
-    pairs = size // PAIR
-    program = tl.program_id(0)
-    matrix, row_block, col_pair = program // (pairs * pairs), program // pairs % pairs, program % pairs
-    offsets = tl.arange(0, PAIR)
-    square = offsets[:, None] * PAIR + offsets[None, :]
-    cols = tl.max_contiguous(tl.multiple_of(tl.load(rows_ptr + col_pair * PAIR + offsets), RUN), RUN)
-    rows = tl.load(rows_ptr + row_block * PAIR + offsets) if LEFT else row_block * PAIR + offsets
-    block_ptrs = x_ptr + matrix * size * size + rows[:, None] * size + cols[None, :]
-    x = tl.load(block_ptrs)
-    x = tl.dot(x, tl.load(rotations_ptr + (matrix * pairs + col_pair) * PAIR * PAIR + square),
-               input_precision="ieee")
-    if LEFT:
-        left = tl.load(rotations_ptr + (matrix * pairs + row_block) * PAIR * PAIR + square)
-        x = tl.dot(tl.trans(left), x, input_precision="ieee")
-    tl.store(block_ptrs, x)
+def _tridiagonalize_kernel(a_ptr, w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, work_ptr, n, BLOCK_N: tl.constexpr,
+                           ROWS: tl.constexpr):
+    """Program b reduces matrix b to tridiagonal form T = H^T (A / max|A|) H by Householder
+    reflectors (Golub & Van Loan 8.3.1), one column k per step, the trailing matrix in w (global
+    memory, L2-resident for the sizes benchmarked). Step k reads row k, forms v_k (v_k[k + 1] = 1)
+    and tau_k, and in one pass over the trailing rows, ROWS full rows at a time, applies step
+    k - 1's rank-2 update A -= v w^T + w v^T and accumulates p = A v_k: each step reads and writes
+    the trailing matrix once. Row k of w keeps v_k for the back-transformation."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, ROWS)
+    in_cols = cols < n
+    src, dst, work = a_ptr + matrix * n * n, w_ptr + matrix * n * n, work_ptr + matrix * 3 * BLOCK_N
+    biggest = tl.zeros((ROWS, BLOCK_N), tl.float32)
+    for r0 in range(0, n, ROWS):
+        rows = r0 + local
+        mask = (rows < n)[:, None] & in_cols[None, :]
+        biggest = tl.maximum(biggest, tl.abs(tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)))
+    scale = tl.max(tl.max(biggest, axis=1), axis=0)
+    scale = tl.where(scale > 0, scale, 1.0)
+    tl.store(scale_ptr + matrix, scale)
+    for r0 in range(0, n, ROWS):  # w = the symmetric part of A, scaled (no overflow or underflow at extreme magnitudes)
+        rows = r0 + local
+        mask = (rows < n)[:, None] & in_cols[None, :]
+        tile = tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)
+        transposed = tl.load(src + cols[None, :] * n + rows[:, None], mask=mask, other=0.0)
+        tl.store(dst + rows[:, None] * n + cols[None, :], (0.5 * tile + 0.5 * transposed) / scale, mask=mask)
+    v = tl.zeros((BLOCK_N,), tl.float32)  # step k - 1's reflector and update, not yet applied to w
+    w = tl.zeros((BLOCK_N,), tl.float32)
+    tl.store(work + cols, v)
+    tl.store(work + BLOCK_N + cols, w)
+    tl.debug_barrier()
+    for k in range(0, n):
+        row = tl.load(dst + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg")
+        row -= tl.sum(tl.where(cols == k, v, 0.0)) * w + tl.sum(tl.where(cols == k, w, 0.0)) * v
+        tl.store(d_ptr + matrix * n + k, tl.sum(tl.where(cols == k, row, 0.0)))
+        alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
+        sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
+        norm = tl.sqrt_rn(alpha * alpha + sigma)
+        beta = tl.where(alpha >= 0, -norm, norm)
+        trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
+        tau = tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta))
+        inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
+        reflector = tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0))
+        tl.store(e_ptr + matrix * n + k, tl.where(trivial, alpha, beta))  # e[n - 1] = 0
+        tl.store(tau_ptr + matrix * n + k, tau)
+        below = in_cols & (cols > k)
+        tl.store(dst + k * n + cols, reflector, mask=below)
+        for block in range(0, tl.cdiv(n - k - 1, ROWS)):  # zero-based: see _orthonormalize_kernel
+            rows = k + 1 + block * ROWS + local
+            inside = rows < n
+            ptrs = dst + rows[:, None] * n + cols[None, :]
+            mask = inside[:, None] & below[None, :]
+            tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+            v_rows = tl.load(work + rows, mask=inside, other=0.0, cache_modifier=".cg")
+            w_rows = tl.load(work + BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+            tile -= v_rows[:, None] * w[None, :] + w_rows[:, None] * v[None, :]
+            tl.store(ptrs, tile, mask=mask)
+            tl.store(work + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
+        tl.debug_barrier()
+        p = tau * tl.load(work + 2 * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
+        w = p - (0.5 * tau * tl.sum(p * reflector)) * reflector
+        v = reflector
+        tl.store(work + cols, v)
+        tl.store(work + BLOCK_N + cols, w)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _bisect_kernel(d_ptr, e_ptr, scale_ptr, values_ptr, norm_ptr, l_ptr, n, pivot_floor,
+                   ITERATIONS: tl.constexpr, LANES: tl.constexpr):
+    """Program (b, block): lane j of the block finds T_b's j-th smallest eigenvalue by bisection on
+    Sturm counts (the number of negative pivots of T - x I's LDL^T is the number of eigenvalues
+    below x), inside T's Gershgorin interval, ITERATIONS halvings. It writes the eigenvalue and L
+    (the eigenvalue times A's scale); block 0 writes the Gershgorin bound ||T|| used as T's norm."""
+    matrix = tl.program_id(0).to(tl.int64)
+    index = tl.program_id(1) * LANES + tl.arange(0, LANES)
+    d, e = d_ptr + matrix * n, e_ptr + matrix * n
+    lo = tl.load(d)
+    hi = lo
+    previous = 0.0
+    for i in range(n):
+        diagonal = tl.load(d + i)
+        radius = tl.abs(tl.load(e + i))
+        lo = tl.minimum(lo, diagonal - previous - radius)
+        hi = tl.maximum(hi, diagonal + previous + radius)
+        previous = radius
+    norm = tl.maximum(tl.maximum(tl.abs(lo), tl.abs(hi)), 1.0)  # T / max|A| has norm >= 1 unless A = 0
+    lo_lanes = tl.zeros((LANES,), tl.float32) + lo
+    hi_lanes = tl.zeros((LANES,), tl.float32) + hi
+    for _ in range(ITERATIONS):
+        middle = 0.5 * (lo_lanes + hi_lanes)
+        count = tl.zeros((LANES,), tl.int32)
+        pivot = tl.full((LANES,), 1.0, tl.float32)
+        coupling = 0.0  # e[i - 1]^2
+        for i in range(n):
+            pivot = tl.load(d + i) - middle - coupling / pivot
+            pivot = tl.where(tl.abs(pivot) < pivot_floor, -pivot_floor, pivot)
+            count += (pivot < 0).to(tl.int32)
+            off = tl.load(e + i)
+            coupling = off * off
+        below = count > index  # more than j eigenvalues below the middle: the j-th is below it
+        hi_lanes = tl.where(below, middle, hi_lanes)
+        lo_lanes = tl.where(below, lo_lanes, middle)
+    value = 0.5 * (lo_lanes + hi_lanes)
+    valid = index < n
+    tl.store(values_ptr + matrix * n + index, value, mask=valid)
+    tl.store(l_ptr + matrix * n + index, value * tl.load(scale_ptr + matrix), mask=valid)
+    tl.store(norm_ptr + matrix, norm, mask=tl.program_id(1) == 0)
+
+
+@triton.jit
+def _pivot(x, floor):
+    return tl.where(tl.abs(x) < floor, tl.where(x < 0, -floor, floor), x)
+
+
+@triton.jit
+def _split(off_diagonal, floor):
+    return tl.where(tl.abs(off_diagonal) <= floor, 0.0, off_diagonal)
+
+
+@triton.jit
+def _start_vector(i, lanes):
+    """A fixed pseudo-random start in [-0.5, 0.5) for element i of lane j's vector: an integer hash."""
+    h = (lanes * 0 + i).to(tl.uint32) * 747796405 + lanes.to(tl.uint32) * 277803737
+    h = (h ^ (h >> 16)) * 73244475
+    h = h ^ (h >> 16)
+    return (h >> 8).to(tl.float32) * (1.0 / 16777216.0) - 0.5
+
+
+@triton.jit
+def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch_ptr, n, pivot_relative, group_gap,
+                              FIRST: tl.constexpr, LANES: tl.constexpr):
+    """Program (b, block): lane j solves (T_b - shift_j I) x_j = x_j (FIRST: a fixed pseudo-random
+    right-hand side) by Gaussian elimination with partial pivoting, elementwise across the lanes
+    (each lane's recurrence runs down T's n rows). x is [batch, n vectors, n] (vector j
+    contiguous); the upper triangular factor (3 diagonals) and the eliminated right-hand side wait
+    in scratch [batch, 4, n, n] (lanes contiguous) for the back substitution.
+
+    The shift is eigenvalue j itself (T - shift I is singular to working accuracy, so x_j grows
+    along its eigenvector), except in a group, a chain of eigenvalues each within group_gap ||T||
+    of the next: there one shift serves the whole group, half a gap below its first eigenvalue,
+    so that every group direction grows alike and the group's vectors stay independent for the
+    Gram-Schmidt that follows (with a shift on one of its eigenvalues they all turn into that
+    one's vector). Off-diagonals below pivot_relative ||T|| count as zero (T splits there: no
+    growth across a block of negligible entries); smaller pivots are raised to pivot_relative ||T||."""
+    matrix = tl.program_id(0).to(tl.int64)
+    lanes = tl.program_id(1) * LANES + tl.arange(0, LANES)
+    valid = lanes < n
+    d, e, values = d_ptr + matrix * n, e_ptr + matrix * n, values_ptr + matrix * n
+    x = x_ptr + matrix * n * n + lanes * n
+    factors = scratch_ptr + matrix * 4 * n * n + lanes
+    norm = tl.load(norm_ptr + matrix)
+    floor = pivot_relative * norm
+    gap = group_gap * norm
+    value = tl.load(values + lanes, mask=valid, other=0.0)
+    grouped = valid & (((lanes > 0) & (value - tl.load(values + lanes - 1, mask=valid & (lanes > 0), other=0.0) < gap))
+                       | ((lanes < n - 1) & (tl.load(values + lanes + 1, mask=lanes < n - 1, other=0.0) - value < gap)))
+    first = lanes  # walk down each group to its first eigenvalue
+    walking = grouped & (lanes > 0)
+    while tl.max(walking.to(tl.int32)) > 0:
+        step = walking & (tl.load(values + first, mask=walking, other=0.0)
+                          - tl.load(values + first - 1, mask=walking, other=0.0) < gap)
+        first -= step.to(tl.int32)
+        walking = step & (first > 0)
+    shift = tl.where(grouped, tl.load(values + first, mask=valid, other=0.0) - 0.5 * gap, value)
+    zero = tl.zeros((LANES,), tl.float32)
+    head = tl.load(d) - shift  # row i's diagonal and superdiagonal after elimination, and its right-hand side
+    head_next = zero + _split(tl.load(e), floor)
+    rhs = _start_vector(0, lanes) if FIRST else tl.load(x, mask=valid, other=0.0)
+    for i in range(n - 1):
+        sub = _split(tl.load(e + i), floor)  # T[i + 1, i]
+        diagonal = tl.load(d + i + 1) - shift
+        above = zero + _split(tl.load(e + i + 1), floor)
+        rhs_next = _start_vector(i + 1, lanes) if FIRST else tl.load(x + i + 1, mask=valid, other=0.0)
+        swap = tl.abs(sub) > tl.abs(head)
+        pivot = _pivot(tl.where(swap, sub, head), floor)
+        p_b, p_c = tl.where(swap, diagonal, head_next), tl.where(swap, above, 0.0)
+        p_r = tl.where(swap, rhs_next, rhs)
+        multiplier = tl.where(swap, head, sub) / pivot
+        head = tl.where(swap, head_next, diagonal) - multiplier * p_b
+        head_next = tl.where(swap, 0.0, above) - multiplier * p_c
+        rhs = tl.where(swap, rhs, rhs_next) - multiplier * p_r
+        row = factors + i * n
+        tl.store(row, pivot, mask=valid)
+        tl.store(row + n * n, p_b, mask=valid)
+        tl.store(row + 2 * n * n, p_c, mask=valid)
+        tl.store(row + 3 * n * n, p_r, mask=valid)
+    value = rhs / _pivot(head, floor)
+    tl.store(x + n - 1, value, mask=valid)
+    later = zero
+    for t in range(1, n):
+        i = n - 1 - t
+        row = factors + i * n
+        value, later = (tl.load(row + 3 * n * n, mask=valid, other=0.0)
+                        - tl.load(row + n * n, mask=valid, other=0.0) * value
+                        - tl.load(row + 2 * n * n, mask=valid, other=0.0) * later) / tl.load(row, mask=valid,
+                                                                                             other=1.0), value
+        tl.store(x + i, value, mask=valid)
+
+
+@triton.jit
+def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
+    """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
+    clusters, chains of eigenvalues each within cluster_gap ||T|| of the previous one (LAPACK's
+    dstein criterion). Block Gram-Schmidt over panels of PANEL vectors in order: a panel is made
+    orthogonal to the earlier members of its first vector's cluster (classical, PANEL at a time),
+    then within itself (modified, normalising), and both steps again (block Gram-Schmidt twice). Vectors of
+    different clusters in one panel are orthogonalised too: they are orthogonal to about
+    eps / cluster_gap already, so it only costs time."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, PANEL)
+    valid = cols < n
+    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
+    tolerance = cluster_gap * tl.load(norm_ptr + matrix)
+    start = 0  # the cluster of the panel's first vector starts here
+    for panel in range(0, tl.cdiv(n, PANEL)):
+        members = panel * PANEL + local
+        inside = members < n
+        mask = inside[:, None] & valid[None, :]
+        gaps = (tl.load(values + members, mask=inside, other=0.0)
+                - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
+        breaks = inside & ((members == 0) | (gaps > tolerance))
+        start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
+        block = tl.load(x + members[:, None] * n + cols[None, :], mask=mask, other=0.0)
+        block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
+        for _ in tl.static_range(2):  # both steps twice: the second removes what cancellation in the first amplified
+            # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.9,
+            # pipelined loads)
+            for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
+                correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+                for q in tl.static_range(PANEL):  # row by row: a tl.dot would stage all of K in shared memory
+                    earlier = start + earlier_block * PANEL + q + 0 * cols  # as a vector (a scalar mask fails to interpret)
+                    vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < panel * PANEL), other=0.0,
+                                     cache_modifier=".cg")
+                    correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+                block -= correction
+            for i in tl.static_range(PANEL):
+                row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
+                row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
+                later = tl.sum(block * row[None, :], axis=1)
+                block = tl.where(local[:, None] == i, row[None, :],
+                                 tl.where(local[:, None] > i, block - later[:, None] * row[None, :], block))
+        tl.store(x + members[:, None] * n + cols[None, :], block, mask=mask)
+        start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
+        tl.debug_barrier()
+
+
+@triton.jit
+def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
+    """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
+    applied last first to the vectors held in registers (Z is [batch, vector, n]; Q is written
+    [batch, n, vector])."""
+    matrix = tl.program_id(0).to(tl.int64)
+    vectors = tl.program_id(1) * COLS + tl.arange(0, COLS)
+    cols = tl.arange(0, BLOCK_N)
+    valid = cols < n
+    mask = (vectors < n)[:, None] & valid[None, :]
+    z = tl.load(z_ptr + matrix * n * n + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
+    for t in range(n):
+        k = n - 1 - t
+        v = tl.load(w_ptr + matrix * n * n + k * n + cols, mask=valid & (cols > k), other=0.0)
+        z -= (tl.load(tau_ptr + matrix * n + k) * tl.sum(z * v[None, :], axis=1))[:, None] * v[None, :]
+    tl.store(q_ptr + matrix * n * n + cols[None, :] * n + vectors[:, None], z, mask=mask)
 
 
 def _on_chip(a: torch.Tensor, rows: torch.Tensor, run: int, max_sweeps: int = JACOBI_MAX_SWEEPS):
@@ -139,37 +383,29 @@ def _on_chip(a: torch.Tensor, rows: torch.Tensor, run: int, max_sweeps: int = JA
     return vectors, values
 
 
-@functools.lru_cache(maxsize=16)
-def _schedule(n: int, device: torch.device) -> tuple[int, torch.Tensor]:
-    """The blocked schedule (padded size, rows [rounds, pairs, 2 BLOCK]) on the device: it depends on
-    n only, like compiled code."""
-    size, rows = blocked_pairs(n, BLOCK)
-    return size, torch.tensor(rows, device=device, dtype=torch.int32)
-
-
-def _blocked(a: torch.Tensor):
-    """(V, diagonal) of the blocked Jacobi for the real (unpadded) indices, unsorted."""
+def _tridiagonal(a: torch.Tensor):
+    """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64)."""
     batch, n, _ = a.shape
-    size, schedule = _schedule(n, a.device)
-    check_offsets(batch, size)
-    pairs, pair = schedule.shape[1:]
-    scale = a.abs().amax(dim=(1, 2), keepdim=True)
-    x = F.pad(0.5 * (a + a.mT) / torch.where(scale > 0, scale, 1.0), (0, size - n, 0, size - n))
-    v = torch.eye(size, device=a.device).expand(batch, size, size).contiguous()
-    previous = torch.inf
-    for _ in range(BLOCKED_MAX_SWEEPS):
-        for rows in schedule:
-            rotations, _ = _on_chip(x, rows, BLOCK, BLOCK_SWEEPS)  # each pair's principal submatrix
-            for target, left in ((x, True), (v, False)):
-                _rotate_blocks_kernel[(batch * pairs * pairs,)](target, rotations, rows, size, LEFT=left, PAIR=pair,
-                                                                RUN=BLOCK, num_warps=4)
-        diagonal = x.diagonal(dim1=1, dim2=2)
-        off = ((x - torch.diag_embed(diagonal)).square().sum(dim=(1, 2)) / x.square().sum(dim=(1, 2))).sqrt()
-        worst = off.nan_to_num(0.0).max().item()  # an all-zero matrix gives 0 / 0
-        if blocked_converged(worst, previous):
-            break
-        previous = worst
-    return v[:, :n, :n], diagonal[:, :n] * scale[:, :, 0]
+    block_n = triton.next_power_of_2(n)
+    empty = functools.partial(torch.empty, device=a.device, dtype=torch.float32)
+    w, work = empty((batch, n, n)), empty((batch, 3, block_n))
+    d, e, tau, scale = empty((batch, n)), empty((batch, n)), empty((batch, n)), empty((batch,))
+    _tridiagonalize_kernel[(batch,)](a, w, d, e, tau, scale, work, n, BLOCK_N=block_n,
+                                     ROWS=max(1, TILE // block_n), num_warps=8)
+    values, norm, eigenvalues = empty((batch, n)), empty((batch,)), empty((batch, n))
+    lanes = (batch, triton.cdiv(n, LANES))
+    _bisect_kernel[lanes](d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR,
+                          ITERATIONS=BISECTION_ITERATIONS, LANES=LANES, num_warps=1)
+    z, scratch = empty((batch, n, n)), empty((batch, 4, n, n))
+    for step in range(INVERSE_ITERATIONS):
+        _inverse_iteration_kernel[lanes](d, e, values, norm, z, scratch, n, EPS, GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
+                                         num_warps=1)
+        _orthonormalize_kernel[(batch,)](z, values, norm, CLUSTER_GAP, n, BLOCK_N=block_n, PANEL=PANEL,
+                                         num_warps=min(16, max(4, block_n // 64)))
+    q = empty((batch, n, n))
+    cols = max(1, min(32, TILE // block_n))
+    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols, num_warps=8)
+    return q, eigenvalues
 
 
 def eigh(a: torch.Tensor):
@@ -179,12 +415,11 @@ def eigh(a: torch.Tensor):
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     if n > JACOBI_MAX_N:
-        vectors, values = _blocked(a)
-    else:
-        size = jacobi_size(n)
-        check_offsets(batch, size)
-        whole = torch.arange(size, device=a.device, dtype=torch.int32)[None]
-        vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), whole, size)
-        vectors, values = vectors[:, :n, :n], values[:, :n]
+        return _tridiagonal(a)
+    size = jacobi_size(n)
+    check_offsets(batch, size)
+    whole = torch.arange(size, device=a.device, dtype=torch.int32)[None]
+    vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), whole, size)
+    vectors, values = vectors[:, :n, :n], values[:, :n]
     values, order = values.sort(dim=-1)
     return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
