@@ -1,8 +1,9 @@
 """Eigendecomposition workload: generators of every family, the identity checks, the baselines.
 
 They pin down the definition the ports are judged by (a library solver passes every family, the
-check fails wrong answers) and run the Jacobi ports on every family: on chip for n <= 64, blocked above
-(at n = 70 on CPU, where the interpreters are slow; GPU MODE's 39 test cases on CUDA).
+check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
+n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
+CUDA), and the Triton port's tridiagonal stages one at a time.
 """
 import numpy as np
 import pytest
@@ -154,20 +155,61 @@ def test_pallas_exchange_by_permutation_product_is_exact(size):
 
 
 @pytest.mark.parametrize("family, n", [("mixed", 70), ("clustered", 70), ("lapack_dense_even_low_magnitude", 70),
-                                       ("lapack_identity", 70), ("dense", 96)])  # 96: whole blocks, no padding
+                                       ("lapack_identity", 70), ("lapack_zero", 70),
+                                       ("lapack_dense_geometric_spectrum", 70), ("dense", 96)])
 @pytest.mark.parametrize("port", PORTS)
-def test_blocked_port_passes_every_identity(port, family, n):
+def test_port_above_64_passes_every_identity(port, family, n):
     a = spec.make_inputs(spec._case(3, n, 2, n, family), n, DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
 
 
-def test_blocked_ports_agree_on_eigenvalues():  # within 10 n eps |L|, a twentieth of the eigenvalue gate
+def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twentieth of the eigenvalue gate
     a = spec.make_inputs(spec._case(2, 70, 2, 71, "dense"), 71, DEVICE)
     (_, triton_values), (_, pallas_values) = (ports.custom_kernel("eigh", port)(a) for port in PORTS)
     tolerance = 10 * 70 * spec.EPS * float(triton_values.abs().max())
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
+def test_triton_tridiagonalisation_is_an_orthogonal_similarity(family):
+    from triton_kernels import eigh as kernels
+
+    batch, n = 2, 70
+    a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
+    w, d, e, tau, scale = kernels._reduce(a)
+    h = kernels._back_transform(w, tau, torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()).double()
+    t = torch.diag_embed(d.double()) + torch.diag_embed(e[:, :-1].double(), 1) + torch.diag_embed(e[:, :-1].double(), -1)
+    scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
+    eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
+    assert float((h.mT @ h - eye).abs().max()) < 10 * n * spec.EPS
+    assert float((h.mT @ scaled @ h - t).abs().max()) < 10 * n * spec.EPS * max(float(scaled.abs().max()), 1.0)
+    assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
+
+
+def test_triton_cluster_orthonormalisation_keeps_each_cluster_span():
+    from triton_kernels import eigh as kernels
+
+    n = 70
+    basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
+    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP ||T|| (||T|| = 1)
+    vectors = basis.clone()
+    clusters = [range(0, 3), range(20, 40)]  # the second starts before a panel boundary and crosses it
+    for cluster in clusters:
+        values[list(cluster)] = values[cluster[0]] + 1e-6 * torch.arange(len(cluster), dtype=torch.float64)
+        for j in cluster[1:]:
+            vectors[j] = basis[cluster[0]] + 1e-2 * basis[j]  # nearly parallel, spanning the cluster's space
+    z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
+    kernels._orthonormalize(z, values.float()[None].to(DEVICE).contiguous(), torch.ones(1, device=DEVICE))
+    z = z[0].double().cpu()
+    # float32 rounding, amplified by the cancellation (about eps / 1e-2)
+    assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 1e-5
+    for cluster in clusters:  # the same space: its basis vectors lie in the span of the outputs
+        inside = basis[list(cluster)]
+        assert float((inside - (inside @ z[list(cluster)].T) @ z[list(cluster)]).abs().max()) < 1e-3
+    alone = [j for j in range(n) if not any(j in cluster for cluster in clusters)]
+    assert float((z[alone] - basis[alone]).abs().max()) < 1e-5  # vectors outside clusters are only normalised
 
 
 def test_blocked_stopping_rule():

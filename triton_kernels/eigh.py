@@ -1,4 +1,4 @@
-"""Batched symmetric eigendecomposition in Triton: parallel-order Jacobi.
+"""Batched symmetric eigendecomposition in Triton: parallel-order Jacobi on chip, tridiagonalisation above.
 
 n <= 64 (padded to a power of two N >= 16), on chip: one program per matrix holds its
 N x N matrix A and the accumulated rotations V in registers. A sweep is the N - 1 rounds
@@ -16,18 +16,18 @@ magnitudes); both members of a pair compute their rotation from the same average
 A[p, q], so they agree on it exactly. Sweeps stop once every off-diagonal element is below eps;
 the launcher sorts the eigenvalues (glue).
 
-n > 64, blocked: the same parallel order over blocks of BLOCK rows, paired by the round-robin
-table (ports.eigh.blocked_pairs; the block count need not be a power of two). Each round the
-on-chip kernel diagonalises every pair's 2 BLOCK x 2 BLOCK principal submatrix, read in place
-through the round's row table (one program per pair, at most BLOCK_SWEEPS sweeps), giving one
-rotation J_P per pair, and `_rotate_blocks_kernel` applies them all in place: A[P, Q] <- J_P^T
-A[P, Q] J_Q for every two pairs' rows and columns, V[R, Q] <- V[R, Q] J_Q (fp32 IEEE products;
-each program reads and writes only its own elements). The matrix never moves. The row tables
-come in contiguous runs (of BLOCK; one run of N on the whole-matrix path) and the kernels say so
-(`tl.max_contiguous`): without the hint the indexed loads and stores are not vectorised and the
-rotation kernel ran 3 to 4 times slower on the H200. Sweeps stop when the off-diagonal Frobenius
-norm is below 16 eps ||A||_F for every matrix, or at a rounding floor
-below 100 eps (ports.eigh.blocked_converged).
+n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
+dsytrd + dstebz + dstein route, each stage written for batches of matrices):
+1. `_tridiagonalize_kernel`, one program per matrix: Householder reflectors T = H^T (A / max|A|) H,
+   the trailing matrix in global memory, read and written once per column.
+2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
+   come out sorted; L is them times max|A|).
+3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
+   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues), three
+   rounds from a fixed pseudo-random start.
+4. `_back_transform_kernel`: Q = H Z, each program holding a block of vectors in registers.
+Nothing is kept between calls. Why the shifts, clusters and rounds are what they are:
+ports/eigh.py and results/h200/NOTES.md.
 """
 from __future__ import annotations
 
@@ -63,15 +63,11 @@ def _off_diagonal_max(a, eye):
 
 
 @triton.jit
-def _jacobi_kernel(a_ptr, rows_ptr, q_ptr, l_ptr, tolerance, stride, groups, N: tl.constexpr, RUN: tl.constexpr,
-                   MAX_SWEEPS: tl.constexpr):
-    """Program i diagonalises the N x N principal submatrix on rows (and columns)
-    rows[i % groups] of matrix i // groups of `a` (stride x stride); the rows come in
-    contiguous runs of RUN."""
+def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
+    """Program i diagonalises the N x N matrix i of `a`."""
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
-    picked = tl.max_contiguous(tl.multiple_of(tl.load(rows_ptr + (matrix % groups) * N + rows), RUN), RUN)
-    a = tl.load(a_ptr + (matrix // groups) * stride * stride + picked[:, None] * stride + picked[None, :])
+    a = tl.load(a_ptr + matrix * N * N + rows[:, None] * N + rows[None, :])
     eye = rows[:, None] == rows[None, :]
     scale = tl.max(tl.max(tl.abs(a), axis=1), axis=0)
     scale = tl.where(scale > 0, scale, 1.0)
@@ -310,9 +306,9 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N:
     clusters, chains of eigenvalues each within cluster_gap ||T|| of the previous one (LAPACK's
     dstein criterion). Block Gram-Schmidt over panels of PANEL vectors in order: a panel is made
     orthogonal to the earlier members of its first vector's cluster (classical, PANEL at a time),
-    then within itself (modified, normalising), and both steps again (block Gram-Schmidt twice). Vectors of
-    different clusters in one panel are orthogonalised too: they are orthogonal to about
-    eps / cluster_gap already, so it only costs time."""
+    then within itself (modified, normalising), and both steps again (block Gram-Schmidt twice).
+    Vectors of different clusters in one panel are orthogonalised too: they are orthogonal to
+    about eps / cluster_gap already, so it only costs time."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, PANEL)
@@ -330,13 +326,14 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N:
         start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
         block = tl.load(x + members[:, None] * n + cols[None, :], mask=mask, other=0.0)
         block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
-        for _ in tl.static_range(2):  # both steps twice: the second removes what cancellation in the first amplified
-            # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.9,
+        for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
+            # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
                 correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
                 for q in tl.static_range(PANEL):  # row by row: a tl.dot would stage all of K in shared memory
-                    earlier = start + earlier_block * PANEL + q + 0 * cols  # as a vector (a scalar mask fails to interpret)
+                    earlier = start + earlier_block * PANEL + q + 0 * cols  # a vector: the interpreter
+                    # rejects a scalar mask
                     vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < panel * PANEL), other=0.0,
                                      cache_modifier=".cg")
                     correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
@@ -370,42 +367,75 @@ def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexp
     tl.store(q_ptr + matrix * n * n + cols[None, :] * n + vectors[:, None], z, mask=mask)
 
 
-def _on_chip(a: torch.Tensor, rows: torch.Tensor, run: int, max_sweeps: int = JACOBI_MAX_SWEEPS):
-    """(V, diagonal) of the on-chip Jacobi, unsorted, for the principal submatrix on each row of
-    `rows` [groups, size] (contiguous runs of `run` indices) of each matrix of a [batch, n, n]:
-    [batch * groups, size, size], [batch * groups, size]."""
-    groups, size = rows.shape
-    count = a.shape[0] * groups
+def _on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
+    """(V, diagonal) of the on-chip Jacobi, unsorted, for each matrix of a [batch, N, N]."""
+    count, size, _ = a.shape
     vectors = torch.empty((count, size, size), device=a.device, dtype=torch.float32)
     values = torch.empty((count, size), device=a.device, dtype=torch.float32)
-    _jacobi_kernel[(count,)](a, rows, vectors, values, EPS, a.shape[1], groups, N=size, RUN=run,
-                             MAX_SWEEPS=max_sweeps, num_warps=jacobi_warps(size))
+    _jacobi_kernel[(count,)](a, vectors, values, EPS, N=size, MAX_SWEEPS=max_sweeps, num_warps=jacobi_warps(size))
     return vectors, values
+
+
+def _empty(*shape, device):
+    return torch.empty(shape, device=device, dtype=torch.float32)
+
+
+def _reduce(a: torch.Tensor):
+    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows."""
+    batch, n, _ = a.shape
+    block_n = triton.next_power_of_2(n)
+    w, work = _empty(batch, n, n, device=a.device), _empty(batch, 3, block_n, device=a.device)
+    d, e, tau = (_empty(batch, n, device=a.device) for _ in range(3))
+    scale = _empty(batch, device=a.device)
+    _tridiagonalize_kernel[(batch,)](a, w, d, e, tau, scale, work, n, BLOCK_N=block_n,
+                                     ROWS=max(1, TILE // block_n), num_warps=8)
+    return w, d, e, tau, scale
+
+
+def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
+    """T's eigenvalues ascending, T's norm bound, and L (the eigenvalues times A's scale)."""
+    batch, n = d.shape
+    values, eigenvalues = _empty(batch, n, device=d.device), _empty(batch, n, device=d.device)
+    norm = _empty(batch, device=d.device)
+    _bisect_kernel[(batch, triton.cdiv(n, LANES))](d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR,
+                                                   ITERATIONS=BISECTION_ITERATIONS, LANES=LANES, num_warps=1)
+    return values, norm, eigenvalues
+
+
+def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
+    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`."""
+    batch, n = d.shape
+    z, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
+    for step in range(INVERSE_ITERATIONS):
+        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, z, scratch, n, EPS,
+                                                                  GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
+                                                                  num_warps=1)
+        _orthonormalize(z, values, norm)
+    return z
+
+
+def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
+    """z's rows normalised, and orthonormal within each cluster of `values` (in place)."""
+    batch, n, _ = z.shape
+    block_n = triton.next_power_of_2(n)
+    _orthonormalize_kernel[(batch,)](z, values, norm, CLUSTER_GAP, n, BLOCK_N=block_n, PANEL=PANEL,
+                                     num_warps=min(16, max(4, block_n // 64)))
+
+
+def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
+    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns."""
+    batch, n, _ = z.shape
+    block_n = triton.next_power_of_2(n)
+    q, cols = _empty(batch, n, n, device=z.device), max(1, min(32, TILE // block_n))
+    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols, num_warps=8)
+    return q
 
 
 def _tridiagonal(a: torch.Tensor):
     """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64)."""
-    batch, n, _ = a.shape
-    block_n = triton.next_power_of_2(n)
-    empty = functools.partial(torch.empty, device=a.device, dtype=torch.float32)
-    w, work = empty((batch, n, n)), empty((batch, 3, block_n))
-    d, e, tau, scale = empty((batch, n)), empty((batch, n)), empty((batch, n)), empty((batch,))
-    _tridiagonalize_kernel[(batch,)](a, w, d, e, tau, scale, work, n, BLOCK_N=block_n,
-                                     ROWS=max(1, TILE // block_n), num_warps=8)
-    values, norm, eigenvalues = empty((batch, n)), empty((batch,)), empty((batch, n))
-    lanes = (batch, triton.cdiv(n, LANES))
-    _bisect_kernel[lanes](d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR,
-                          ITERATIONS=BISECTION_ITERATIONS, LANES=LANES, num_warps=1)
-    z, scratch = empty((batch, n, n)), empty((batch, 4, n, n))
-    for step in range(INVERSE_ITERATIONS):
-        _inverse_iteration_kernel[lanes](d, e, values, norm, z, scratch, n, EPS, GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
-                                         num_warps=1)
-        _orthonormalize_kernel[(batch,)](z, values, norm, CLUSTER_GAP, n, BLOCK_N=block_n, PANEL=PANEL,
-                                         num_warps=min(16, max(4, block_n // 64)))
-    q = empty((batch, n, n))
-    cols = max(1, min(32, TILE // block_n))
-    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols, num_warps=8)
-    return q, eigenvalues
+    w, d, e, tau, scale = _reduce(a)
+    values, norm, eigenvalues = _eigenvalues(d, e, scale)
+    return _back_transform(w, tau, _vectors(d, e, values, norm)), eigenvalues
 
 
 def eigh(a: torch.Tensor):
@@ -418,8 +448,7 @@ def eigh(a: torch.Tensor):
         return _tridiagonal(a)
     size = jacobi_size(n)
     check_offsets(batch, size)
-    whole = torch.arange(size, device=a.device, dtype=torch.int32)[None]
-    vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous(), whole, size)
+    vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
     vectors, values = vectors[:, :n, :n], values[:, :n]
     values, order = values.sort(dim=-1)
     return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
