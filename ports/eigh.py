@@ -20,8 +20,9 @@ accurate fp32 Jacobi, 20 to 25 eps ||A|| off, fails at n = 16.) The error figure
 The case families follow GPU MODE's generators (dense with optional row/column scaling, planted
 spectra, PSD, rank-deficient, near-rank-deficient, repeated, clustered, diagonal, banded,
 row-scaled, mixed batches, and LAPACK DDRVST-style types), written here from their definitions.
-The Triton and Pallas ports run parallel-order Jacobi: on chip for n <= 64, blocked above (the
-schedule, stopping rule and tile choices shared by both ports are defined here).
+The Triton and Pallas ports run parallel-order Jacobi on chip for n <= 64, and above it
+tridiagonalisation, bisection, inverse iteration and back-transformation (the parameters both
+ports share are defined here).
 """
 from __future__ import annotations
 
@@ -315,17 +316,6 @@ def vary(a, eigenvalues64, gen):
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically; 6 to 10 sweeps was typical (previous order)
 JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copies) in registers
-BLOCK = 16  # larger n: blocked Jacobi on pairs of BLOCK-row blocks, each pair (2 BLOCK rows) on chip
-BLOCK_SWEEPS = 1  # on-chip sweeps per pair per round
-BLOCKED_MAX_SWEEPS = 20
-BLOCKED_TOLERANCE = 16 * EPS
-BLOCKED_FLOOR = 100 * EPS
-# Block and sweeps measured on the H200 (results/h200/NOTES.md): with the present kernels, pairs
-# of 64 rows (block 32) ran 2 to 8 times slower than pairs of 32 in both ports; with the previous
-# design's on-chip order, one on-chip sweep per round needed no more outer sweeps than full
-# convergence (13 / 14 at n = 512 / 1024 either way).
-
-
 # n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (both ports; the
 # kernels' docstrings say how). Inverse iteration shifts by the computed eigenvalue itself, and
 # by one shift per group of eigenvalues closer than GROUP_GAP eps ||T||. Measured on CPU with the
@@ -335,22 +325,12 @@ BLOCKED_FLOOR = 100 * EPS
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
-PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (the smallest tl.dot tile)
+PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
 INVERSE_ITERATIONS = 3
 GROUP_GAP = 10  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift
 CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T|| are orthogonalised against each other (LAPACK's dstein)
-
-
-def blocked_converged(worst, previous):
-    """Whether the blocked Jacobi stops, from the largest relative off-diagonal Frobenius norm
-    ||off(A)||_F / ||A||_F over the batch after this sweep and the one before. At 16 eps: the
-    off-diagonal part then adds at most 16 to the scaled residual and reconstruction figures
-    (||off||_1 <= n ||off||_F / ||A||_F ||A||_1), whose gates are 200 and 400. Also at a rounding
-    floor below 100 eps (a sweep no longer halves it; the same bound keeps that under the gates);
-    above it, sweeps go on to BLOCKED_MAX_SWEEPS."""
-    return (worst <= BLOCKED_TOLERANCE) | ((worst < BLOCKED_FLOOR) & (worst > 0.5 * previous))  # JAX traces it too
 
 
 def check_offsets(batch: int, size: int) -> None:
@@ -366,38 +346,6 @@ def jacobi_size(n: int) -> int:
     if n > JACOBI_MAX_N:
         raise ValueError(f"the on-chip Jacobi takes n <= {JACOBI_MAX_N}, got n = {n}")
     return max(16, 1 << (n - 1).bit_length())
-
-
-@functools.lru_cache(maxsize=16)
-def blocked_pairs(n: int, block: int = BLOCK) -> tuple[int, list[list[list[int]]]]:
-    """The blocked Jacobi's schedule for n > 64: (size, rows).
-
-    n is padded to `size`, an even number of `block`-row blocks, paired in each round by the
-    round-robin table. rows[r][c] lists the 2 block row indices of pair c in round r (its first
-    block, then its second): the kernels read and write each pair's rows and columns in place
-    through it, so the matrix never moves between rounds.
-    """
-    blocks = -(-n // block)
-    blocks += blocks % 2
-    rows = []
-    for partner in round_robin_partners(blocks):
-        pairs = [(first, partner[first]) for first in range(blocks) if first < partner[first]]
-        rows.append([[b * block + offset for b in pair for offset in range(block)] for pair in pairs])
-    return blocks * block, rows
-
-
-def round_robin_partners(size: int) -> list[list[int]]:
-    """partners[r][i]: the index paired with i in round r of a sweep (size even; the blocked Jacobi pairs blocks so).
-
-    The circle method: index 0 stays, the others rotate one place per round, and position k meets
-    position size-1-k, so the size-1 rounds pair every two indices exactly once, disjointly.
-    """
-    partners = []
-    for r in range(size - 1):
-        at = [0] + [(index - 1 + r) % (size - 1) + 1 for index in range(1, size)]  # position of each index
-        who = {position: index for index, position in enumerate(at)}
-        partners.append([who[size - 1 - at[index]] for index in range(size)])
-    return partners
 
 
 def jacobi_warps(size: int) -> int:
@@ -440,9 +388,9 @@ WORKLOAD = Workload(
     cost=cost,
     case_name=case_name,
     implementations=(
-        Implementation("triton", "torch", "triton", "Triton port: parallel-order Jacobi (blocked for n > 64)",
+        Implementation("triton", "torch", "triton", "Triton port: on-chip Jacobi (n <= 64), tridiagonalisation above",
                        "triton_kernels.eigh:eigh"),
-        Implementation("pallas", "jax", "pallas", "Pallas port: parallel-order Jacobi (blocked for n > 64)",
+        Implementation("pallas", "jax", "pallas", "Pallas port: on-chip Jacobi (n <= 64), tridiagonalisation above",
                        "pallas_kernels.eigh:eigh"),
         Implementation("torch", "torch", "library", "torch.linalg.eigh (cuSOLVER)", "ports.eigh:eigh_torch"),
         Implementation("jax", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),

@@ -94,20 +94,9 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
     assert torch.allclose(expected, spec.reference(varied), rtol=0, atol=1e-12)
 
 
-# --- the ports (parallel-order Jacobi: on chip for n <= 64, blocked above) -----------------------
+# --- the ports (on-chip Jacobi for n <= 64, tridiagonalisation above) ----------------------------
 
 PORTS = ("triton", "pallas")
-
-
-@pytest.mark.parametrize("size", [2, 6, 12, 22, 32])  # block counts of the blocked Jacobi, powers of two or not
-def test_round_robin_pairs_every_two_indices_once(size):
-    partners = spec.round_robin_partners(size)
-    assert len(partners) == size - 1
-    met = set()
-    for round_partners in partners:
-        assert all(round_partners[round_partners[i]] == i != round_partners[i] for i in range(size))
-        met |= {(i, j) for i, j in enumerate(round_partners)}
-    assert len(met) == size * (size - 1)
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
@@ -123,22 +112,6 @@ def test_ports_agree_on_eigenvalues():
     a = spec.make_inputs(spec._case(3, 32, 2, 77, "mixed"), 77, DEVICE)
     (_, triton_values), (_, pallas_values) = (ports.custom_kernel("eigh", port)(a) for port in PORTS)
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=1e-5 * float(triton_values.abs().max()))
-
-
-@pytest.mark.parametrize("n, size", [(70, 96), (100, 128), (176, 192)])
-def test_blocked_pairs_meet_every_two_blocks_once_per_sweep(n, size):
-    block = 16
-    padded, rows = spec.blocked_pairs(n, block)
-    assert padded == size and len(rows) == size // block - 1
-    met = set()
-    for round_rows in rows:
-        assert sorted(index for pair in round_rows for index in pair) == list(range(size))  # the pairs partition the rows
-        for pair in round_rows:
-            first, second = pair[0] // block, pair[block] // block
-            # two whole blocks: runs of `block` contiguous indices from multiples of `block` (the kernels' hint)
-            assert pair == [b * block + offset for b in (first, second) for offset in range(block)]
-            met.add(frozenset((first, second)))
-    assert len(met) == (size // block) * (size // block - 1) // 2
 
 
 @pytest.mark.parametrize("size", [16, 32, 64])
@@ -180,7 +153,8 @@ def test_triton_tridiagonalisation_is_an_orthogonal_similarity(family):
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
     w, d, e, tau, scale = kernels._reduce(a)
     h = kernels._back_transform(w, tau, torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()).double()
-    t = torch.diag_embed(d.double()) + torch.diag_embed(e[:, :-1].double(), 1) + torch.diag_embed(e[:, :-1].double(), -1)
+    off = e[:, :-1].double()
+    t = torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
     scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
     eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
     assert float((h.mT @ h - eye).abs().max()) < 10 * n * spec.EPS
@@ -210,14 +184,6 @@ def test_triton_cluster_orthonormalisation_keeps_each_cluster_span():
         assert float((inside - (inside @ z[list(cluster)].T) @ z[list(cluster)]).abs().max()) < 1e-3
     alone = [j for j in range(n) if not any(j in cluster for cluster in clusters)]
     assert float((z[alone] - basis[alone]).abs().max()) < 1e-5  # vectors outside clusters are only normalised
-
-
-def test_blocked_stopping_rule():
-    eps = spec.EPS
-    assert spec.blocked_converged(16 * eps, 1.0) and not spec.blocked_converged(17 * eps, 1.0)
-    assert not spec.blocked_converged(1e-3, 1.5e-3)  # early sweeps may shrink it slowly: go on
-    assert not spec.blocked_converged(3.3e-4, 6e-4)  # not halving, but too far from converged to stop
-    assert spec.blocked_converged(1e-5, 1.5e-5)  # below 100 eps, a sweep that does not halve it: the floor
 
 
 def test_sizes_beyond_32_bit_offsets_are_refused():
