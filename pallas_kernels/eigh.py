@@ -55,11 +55,10 @@ def _exchange(x, permutation, axis):
     return (product(low) + product(middle)) + product(high)
 
 
-def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tolerance):
-    """Diagonalises the principal submatrix on rows (and columns) rows_ref (contiguous runs of `run`)."""
+def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
+    """Diagonalises one size x size matrix."""
     rows = jnp.arange(size)
-    picked = pltriton.max_contiguous(pl.multiple_of(rows_ref[...], run), run)
-    a = a_ref[picked[:, None], picked[None, :]]
+    a = a_ref[...]
     eye = rows[:, None] == rows[None, :]
     scale = jnp.max(jnp.max(jnp.abs(a), axis=1), axis=0)  # one axis at a time, as Triton reduces
     scale = jnp.where(scale > 0, scale, 1.0)
@@ -107,23 +106,19 @@ def _jacobi_kernel(a_ref, rows_ref, q_ref, l_ref, *, size, run, max_sweeps, tole
     l_ref[...] = diagonal_of(a) * scale
 
 
-def _on_chip(a, rows, run, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
-    """(V, diagonal) of the on-chip Jacobi, unsorted, for the principal submatrix on each row of
-    `rows` [groups, size] (contiguous runs of `run` indices) of each matrix of a [batch, n, n]:
-    [batch * groups, size, size], [batch * groups, size]."""
-    groups, size = rows.shape
-    count, n = a.shape[0] * groups, a.shape[1]
+def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
+    """(V, diagonal) of the on-chip Jacobi, unsorted, for each matrix of a [batch, N, N]."""
+    count, size, _ = a.shape
     return pl.pallas_call(
-        functools.partial(_jacobi_kernel, size=size, run=run, max_sweeps=max_sweeps, tolerance=EPS),
+        functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS),
         out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
                    jax.ShapeDtypeStruct((count, size), jnp.float32)),
         grid=(count,),
-        in_specs=[pl.BlockSpec((None, n, n), lambda i: (i // groups, 0, 0)),
-                  pl.BlockSpec((None, size), lambda i: (i % groups, 0))],
+        in_specs=[pl.BlockSpec((None, size, size), lambda i: (i, 0, 0))],
         out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0))),
         compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
         interpret=interpret, name="jacobi_eigh",
-    )(a, rows)
+    )(a)
 
 
 def _barrier(interpret):
@@ -477,8 +472,7 @@ def _eigh(a, *, interpret):
         return _tridiagonal(a, interpret=interpret)
     size = jacobi_size(n)
     check_offsets(batch, size)
-    whole = jnp.arange(size, dtype=jnp.int32)[None]
-    vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), whole, size, interpret=interpret)
+    vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
     vectors, values = vectors[:, :n, :n], values[:, :n]
     order = jnp.argsort(values, axis=-1)
     return jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1)

@@ -31,8 +31,6 @@ ports/eigh.py and results/h200/NOTES.md.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 import triton
