@@ -12,15 +12,21 @@ Triton port's on-chip kernel: results/h200/NOTES.md). The matrix is scaled by 1/
 first; both members of a pair use the same averaged A[p, q]. Sweeps stop once every off-diagonal
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
-n > 64: the Triton port's pipeline, kernel for kernel and launch for launch: Householder
-tridiagonalisation T = H^T (A / max|A|) H (one program per matrix, the trailing matrix in global
-memory), bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse
-iteration (group shifts, splitting at negligible off-diagonals) each followed by the clusters'
-panel Gram-Schmidt, and the back-transformation Q = H Z. Its scratch buffers are pallas_call
-outputs, carried between launches through input_output_aliases. The differences: the barriers
-(pltriton.debug_barrier) are left out under the interpreter, which has no lowering for them and
-runs each program in order, and the loads of what a program wrote itself carry no ".cg" cache
-modifier (this JAX's Triton lowering rejects every cache modifier).
+n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
+T = H^T (A / max|A|) H (`_symmetrize_kernel`, then `_tridiagonalize_kernel`'s reflect and update
+parts, the trailing matrix in global memory: every step in one launch of one program per matrix,
+or, by ports.eigh.one_launch, two launches per step, the update with several programs per matrix),
+bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
+(group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
+Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), and the back-transformation
+Q = H Z. Its scratch buffers are pallas_call outputs, carried between launches through
+input_output_aliases. The differences: a pallas_call's grid is static, so the launches per step
+are a jax.lax.fori_loop over the step (an operand of the kernels) whose update launch keeps step
+0's number of programs throughout, programs past the trailing matrix's last tile idling (the
+Triton port sizes each launch to its step; unrolling n launches in Python would compile for too
+long at n = 2048); the barriers (pltriton.debug_barrier) are left out under the interpreter, which
+has no lowering for them and runs each program in order; and the loads of what a program wrote
+itself carry no ".cg" cache modifier (this JAX's Triton lowering rejects every cache modifier).
 """
 from __future__ import annotations
 
@@ -31,9 +37,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
-                        JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, TILE, check_offsets, jacobi_size, jacobi_warps,
-                        validate)
+from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
+                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, TILE, check_offsets,
+                        jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -135,87 +141,97 @@ def _load(ref, mask, other=0.0):
     return pltriton.load(ref, mask=mask, other=other)
 
 
-def _tridiagonalize_kernel(a_ref, w_ref, d_ref, e_ref, tau_ref, scale_ref, work_ref, *, n, block_n, rows_per_tile,
-                           interpret):
-    """As the Triton port's `_tridiagonalize_kernel`: program b reduces matrix b to T = H^T (A / max|A|) H,
-    one Householder column per step, the trailing matrix in w (global memory), rows_per_tile (the
-    Triton port's ROWS) full rows at a time; work holds v, w and p = A v_k. The row loops count
-    tiles from zero."""
+def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
+    """As the Triton port's `_symmetrize_kernel`: program (b, block), rows [block R, (block + 1) R)
+    (R = rows_per_tile) of w = (A + A^T) / 2, and their max |A| in partial[b, block] (the
+    tridiagonalisation's first step scales by the largest)."""
+    block = pl.program_id(1)
+    r0 = block * rows_per_tile
+    rows, cols = r0 + jnp.arange(rows_per_tile), jnp.arange(block_n)
+    mask = (rows < n)[:, None] & (cols < n)[None, :]
+    tile = _load(a_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], mask)
+    transposed = _load(a_ref.at[cols[None, :], rows[:, None]], mask)
+    pltriton.store(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], 0.5 * tile + 0.5 * transposed, mask=mask)
+    partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
+
+
+def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_tile, reflect, update, interpret):
+    """As the Triton port's `_tridiagonalize_kernel`: steps [steps[0], steps[1]) of the Householder
+    tridiagonalisation T = H^T (A / max|A|) H, one column each, the trailing matrix in w (global
+    memory). Step k in two parts: `reflect` (program 0 of each matrix) applies step k - 1's rank-2
+    update A -= v u^T + u v^T to row k, forms the reflector v_k, tau_k, d_k, e_k, and writes u_{k-1}
+    and v_k to work and, one step late, v_{k-1} into row k - 1 of w for the back-transformation;
+    `update` sweeps the trailing rows, rows_per_tile (the Triton port's ROWS) full rows at a time,
+    applying the update and storing p = A v_k: the programs (b, j) of matrix b take its row tiles
+    j, j + P, ... (P programs). work's rows 3 (k % 2) + 0, 1, 2 hold step k's v, u and p, so a step
+    reads the previous step's while writing its own. The first step scales by max|A| (from
+    partial[b, :]). w, d, e, tau, scale and work are outputs (the inputs after steps_ref and
+    partial_ref, where given, are aliased to them)."""
+    w_ref, d_ref, e_ref, tau_ref, scale_ref, work_ref = refs[-6:]
+    program, programs = pl.program_id(1), pl.num_programs(1)
     cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
     in_cols = cols < n
-    v_at, w_at, p_at = jnp.int32(0), jnp.int32(1), jnp.int32(2)  # work's rows (a Python int index fails to interpret)
+    partials = pl.cdiv(n, rows_per_tile)
+    partial_index = jnp.arange(pl.next_power_of_2(partials))
 
-    def tile_mask(r0):
-        return ((r0 + local) < n)[:, None] & in_cols[None, :]
+    def work_vector(row, mask):
+        return _load(work_ref.at[row, pl.ds(0, block_n)], mask)
 
-    def biggest_of(r, biggest):
-        r0 = r * rows_per_tile
-        tile = _load(a_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], tile_mask(r0))
-        return jnp.maximum(biggest, jnp.abs(tile))
+    @pl.loop(steps_ref[0], steps_ref[1])
+    def _(k):
+        previous, current = 3 * (1 - k % 2), 3 * (k % 2)  # work's rows of steps k - 1 and k
+        if reflect:
+            biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)],
+                                    (k == 0) & (partial_index < partials)))
+            scale = jnp.where(biggest > 0, biggest, 1.0)
+            pltriton.store(scale_ref, scale, mask=k == 0)
+            factor = jnp.where(k == 0, 1.0 / scale, 1.0)
+            v = work_vector(previous, (k > 0) & in_cols)
+            tau = jnp.where(k > 0, tau_ref[jnp.maximum(k - 1, 0)], 0.0)
+            p = tau * work_vector(previous + 2, (k > 0) & in_cols & (cols >= k))  # written for rows >= k only
+            u = p - (0.5 * tau * jnp.sum(p * v)) * v
+            work_ref[previous + 1, :] = u
+            row = _load(w_ref.at[k, pl.ds(0, block_n)], in_cols) * factor
+            row -= jnp.sum(jnp.where(cols == k, v, 0.0)) * u + jnp.sum(jnp.where(cols == k, u, 0.0)) * v
+            alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
+            sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
+            norm = jnp.sqrt(alpha * alpha + sigma)
+            beta = jnp.where(alpha >= 0, -norm, norm)
+            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
+            inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
+            work_ref[current, :] = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
+            d_ref[k] = jnp.sum(jnp.where(cols == k, row, 0.0))
+            e_ref[k] = jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
+            tau_ref[k] = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
+            pltriton.store(w_ref.at[k - 1, pl.ds(0, block_n)], v, mask=(k > 0) & in_cols & (cols >= k))
+            _barrier(interpret)
+        if update:
+            tiles = pl.cdiv(n - k - 1, rows_per_tile)
 
-    biggest = jax.lax.fori_loop(0, pl.cdiv(n, rows_per_tile), biggest_of,
-                                jnp.zeros((rows_per_tile, block_n), jnp.float32))
-    scale = jnp.max(jnp.max(biggest, axis=1), axis=0)
-    scale = jnp.where(scale > 0, scale, 1.0)
-    scale_ref[...] = scale
+            @pl.when(program < tiles)  # the per-step grid is step 0's: later steps leave programs idle
+            def _():
+                factor = jnp.where(k == 0, 1.0 / scale_ref[...], 1.0)
+                v = work_vector(previous, (k > 0) & in_cols)
+                u = work_vector(previous + 1, (k > 0) & in_cols)
+                reflector = work_vector(current, in_cols)
+                below = in_cols & (cols > k)
 
-    @pl.loop(0, pl.cdiv(n, rows_per_tile))
-    def _(r):  # w = the symmetric part of A, scaled (no overflow or underflow at extreme magnitudes)
-        r0 = r * rows_per_tile
-        rows, mask = r0 + local, tile_mask(r0)
-        tile = _load(a_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], mask)
-        transposed = _load(a_ref.at[cols[None, :], rows[:, None]], mask)
-        pltriton.store(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], (0.5 * tile + 0.5 * transposed) / scale,
-                       mask=mask)
+                @pl.loop(0, pl.cdiv(tiles - program, programs))  # zero-based: see _orthonormalize_kernel
+                def _(t):
+                    r0 = k + 1 + (program + t * programs) * rows_per_tile
+                    inside = (r0 + local) < n
+                    mask = inside[:, None] & below[None, :]
+                    tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
+                    tile = _load(tile_rows, mask) * factor
+                    v_rows = _load(work_ref.at[previous, pl.ds(r0, rows_per_tile)], inside & (k > 0))
+                    u_rows = _load(work_ref.at[previous + 1, pl.ds(r0, rows_per_tile)], inside & (k > 0))
+                    tile -= v_rows[:, None] * u[None, :] + u_rows[:, None] * v[None, :]
+                    pltriton.store(tile_rows, tile, mask=mask)
+                    pltriton.store(work_ref.at[current + 2, pl.ds(r0, rows_per_tile)],
+                                   jnp.sum(tile * reflector[None, :], axis=1), mask=inside)
 
-    v = jnp.zeros((block_n,), jnp.float32)  # step k - 1's reflector and update, not yet applied to w
-    w = jnp.zeros((block_n,), jnp.float32)
-    work_ref[v_at, :] = v
-    work_ref[w_at, :] = w
-    _barrier(interpret)
-
-    def step(k, carry):
-        v, w = carry
-        row = _load(w_ref.at[k, pl.ds(0, block_n)], in_cols)
-        row -= jnp.sum(jnp.where(cols == k, v, 0.0)) * w + jnp.sum(jnp.where(cols == k, w, 0.0)) * v
-        d_ref[k] = jnp.sum(jnp.where(cols == k, row, 0.0))
-        alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
-        sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
-        norm = jnp.sqrt(alpha * alpha + sigma)
-        beta = jnp.where(alpha >= 0, -norm, norm)
-        trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-        tau = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
-        inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
-        reflector = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
-        e_ref[k] = jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
-        tau_ref[k] = tau
-        below = in_cols & (cols > k)
-        pltriton.store(w_ref.at[k, pl.ds(0, block_n)], reflector, mask=below)
-
-        @pl.loop(0, pl.cdiv(n - k - 1, rows_per_tile))  # zero-based: see _orthonormalize_kernel
-        def _(block):
-            r0 = k + 1 + block * rows_per_tile
-            inside = (r0 + local) < n
-            mask = inside[:, None] & below[None, :]
-            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], mask)
-            v_rows = _load(work_ref.at[v_at, pl.ds(r0, rows_per_tile)], inside)
-            w_rows = _load(work_ref.at[w_at, pl.ds(r0, rows_per_tile)], inside)
-            tile -= v_rows[:, None] * w[None, :] + w_rows[:, None] * v[None, :]
-            pltriton.store(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], tile, mask=mask)
-            pltriton.store(work_ref.at[p_at, pl.ds(r0, rows_per_tile)], jnp.sum(tile * reflector[None, :], axis=1),
-                           mask=inside)
-
-        _barrier(interpret)
-        p = tau * _load(work_ref.at[p_at, pl.ds(0, block_n)], below)
-        w = p - (0.5 * tau * jnp.sum(p * reflector)) * reflector
-        v = reflector
-        work_ref[v_at, :] = v
-        work_ref[w_at, :] = w
-        _barrier(interpret)
-        return v, w
-
-    jax.lax.fori_loop(0, n, step, (v, w))
+            _barrier(interpret)
 
 
 def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
@@ -346,16 +362,19 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     jax.lax.fori_loop(1, n, substitute, (value, zero))
 
 
-def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, interpret):
+def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, interpret):
     """As the Triton port's `_orthonormalize_kernel`: program b makes its vectors orthonormal within
-    clusters (eigenvalues each within CLUSTER_GAP ||T|| of the previous), block Gram-Schmidt over
-    panels of PANEL vectors, twice: against the earlier members of the panel's first vector's
-    cluster, row by row, then modified Gram-Schmidt within the panel. x (the input, aliased) is
-    read and written through the output ref."""
+    clusters (eigenvalues each within cluster_gap ||T||_2 = cluster_gap max |eigenvalue| of the
+    previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
+    vectors, twice: the members of the panel's first vector's cluster against that cluster's
+    earlier members, row by row, then each cluster's members within the panel, modified
+    Gram-Schmidt; a vector alone in its cluster is only normalised. x (the input, aliased) is read
+    and written through the output ref."""
     cols = jnp.arange(block_n)
     local = jnp.arange(PANEL)
     valid = cols < n
-    tolerance = CLUSTER_GAP * norm_ref[...]
+    tolerance = jnp.maximum(cluster_gap * jnp.maximum(jnp.abs(values_ref[0]), jnp.abs(values_ref[n - 1])),
+                            GROUP_GAP * EPS * norm_ref[...])  # values ascend
 
     def panel_step(panel, start):  # the cluster of the panel's first vector starts at `start`
         members = panel * PANEL + local
@@ -364,6 +383,12 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, interp
         gaps = _load(values_ref.at[members], inside) - _load(values_ref.at[members - 1], inside & (members > 0))
         breaks = inside & ((members == 0) | (gaps > tolerance))
         start = jnp.maximum(start, jnp.max(jnp.where(breaks & (local == 0), members, 0)))
+        # clusters numbered within the panel: the breaks up to each member (a PANEL x PANEL sum; the
+        # Triton port uses tl.cumsum)
+        cluster = jnp.sum(jnp.where(local[None, :] <= local[:, None], breaks[None, :], False).astype(jnp.int32), axis=1)
+        cluster = jnp.where(inside, cluster, -1)
+        first_cluster = jnp.sum(jnp.where(local == 0, cluster, 0))
+        continued = panel * PANEL > start  # the first cluster has members in earlier panels
         panel_rows = x_ref.at[pl.ds(panel * PANEL, PANEL), pl.ds(0, block_n)]
         block = _load(panel_rows, mask)
         block /= jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None]
@@ -374,18 +399,27 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, interp
                 earlier = start + earlier_block * PANEL + q
                 vector = _load(x_ref.at[earlier, pl.ds(0, block_n)], valid & (earlier < panel * PANEL))
                 correction += jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
-            return block - correction
+            return block - jnp.where((cluster == first_cluster)[:, None], correction, 0.0)
+
+        def within_cluster(i, own):
+            def project(block):
+                row = jnp.sum(jnp.where(local[:, None] == i, block, 0.0), axis=0)
+                row /= jnp.maximum(jnp.sqrt(jnp.sum(row * row)), 1e-30)
+                later = jnp.sum(block * row[None, :], axis=1)
+                after = (local > i) & (cluster == own)
+                return jnp.where(local[:, None] == i, row[None, :],
+                                 jnp.where(after[:, None], block - later[:, None] * row[None, :], block))
+            return project
 
         for _ in range(2):  # both steps twice: the second removes what cancellation in the first amplified
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
             for i in range(PANEL):
-                row = jnp.sum(jnp.where(local[:, None] == i, block, 0.0), axis=0)
-                row /= jnp.maximum(jnp.sqrt(jnp.sum(row * row)), 1e-30)
-                later = jnp.sum(block * row[None, :], axis=1)
-                block = jnp.where(local[:, None] == i, row[None, :],
-                                  jnp.where(local[:, None] > i, block - later[:, None] * row[None, :], block))
+                own = jnp.sum(jnp.where(local == i, cluster, 0))
+                partners = jnp.sum(((cluster == own) & (local != i)).astype(jnp.int32))
+                block = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
+                                     within_cluster(i, own), lambda block: block, block)
         pltriton.store(panel_rows, block, mask=mask)
         start = jnp.maximum(start, jnp.max(jnp.where(breaks, members, 0)))
         _barrier(interpret)
@@ -414,55 +448,123 @@ def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_
     pltriton.store(q_ref.at[cols[None, :], vectors[:, None]], z, mask=mask)
 
 
-def _tridiagonal(a, *, interpret):
-    """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64),
-    the Triton port's launches: the scratch buffers are outputs, updated in place across launches
-    through input_output_aliases."""
+_f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
+
+
+def _per_matrix(*shape):
+    """Matrix b's block of a [batch, *shape] operand, for a grid (b, ...)."""
+    return pl.BlockSpec((None, *shape), lambda b, *_: (b,) + (0,) * len(shape))
+
+
+def _reduce(a, single=None, *, interpret):
+    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
+    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise two
+    launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
+    program at step 0 (a pallas_call's grid is static, so later steps leave programs idle)."""
     batch, n, _ = a.shape
     block_n = pl.next_power_of_2(n)
-    f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
-    call = functools.partial(pl.pallas_call, interpret=interpret)
-    per_matrix = lambda *shape: pl.BlockSpec((None, *shape), lambda b, *_: (b,) + (0,) * len(shape))  # noqa: E731
-    matrix, vector, scalar = per_matrix(n, n), per_matrix(n), per_matrix()
-    w, d, e, tau, scale, _ = call(
-        functools.partial(_tridiagonalize_kernel, n=n, block_n=block_n, rows_per_tile=max(1, TILE // block_n),
-                          interpret=interpret),
-        out_shape=(f32((batch, n, n)), f32((batch, n)), f32((batch, n)), f32((batch, n)), f32((batch,)),
-                   f32((batch, 3, block_n))),
-        grid=(batch,), in_specs=[matrix], out_specs=(matrix, vector, vector, vector, scalar, per_matrix(3, block_n)),
-        compiler_params=pltriton.CompilerParams(num_warps=8), name="eigh_tridiagonalize",
+    rows = max(1, TILE // block_n)
+    blocks = pl.cdiv(n, rows)
+    w, partial = pl.pallas_call(
+        functools.partial(_symmetrize_kernel, n=n, block_n=block_n, rows_per_tile=rows),
+        out_shape=(_f32((batch, n, n)), _f32((batch, blocks))), grid=(batch, blocks), in_specs=[_per_matrix(n, n)],
+        out_specs=(_per_matrix(n, n), _per_matrix(blocks)), compiler_params=pltriton.CompilerParams(num_warps=8),
+        interpret=interpret, name="eigh_symmetrize",
     )(a)
-    lanes = (batch, pl.cdiv(n, LANES))
-    values, norm, eigenvalues = call(
+    shapes = ((n, n), (n,), (n,), (n,), (), (6, block_n))  # w, d, e, tau, scale, work
+
+    def tridiagonalize(first_step, last_step, buffers, *, reflect, update, programs=1):
+        """Steps [first_step, last_step) on the buffers (w alone before the first launch)."""
+        return pl.pallas_call(
+            functools.partial(_tridiagonalize_kernel, n=n, block_n=block_n, rows_per_tile=rows, reflect=reflect,
+                              update=update, interpret=interpret),
+            out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch, programs),
+            in_specs=[pl.BlockSpec((2,), lambda *_: (0,)), _per_matrix(blocks)]
+            + [_per_matrix(*shape) for shape in shapes[:len(buffers)]],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes),
+            input_output_aliases={2 + i: i for i in range(len(buffers))},
+            compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_tridiagonalize",
+        )(jnp.array([first_step, last_step], jnp.int32), partial, *buffers)
+
+    if one_launch(batch, n) if single is None else single:
+        return tridiagonalize(0, n, (w,), reflect=True, update=True)[:5]
+    programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
+
+    def step(k, buffers):
+        buffers = tridiagonalize(k, k + 1, buffers, reflect=True, update=False)
+        return tridiagonalize(k, k + 1, buffers, reflect=False, update=True, programs=programs)
+
+    return jax.lax.fori_loop(1, n, step, step(0, (w,)))[:5]
+
+
+def _eigenvalues(d, e, scale, *, interpret):
+    """T's eigenvalues ascending, T's norm bound, and L (the eigenvalues times A's scale)."""
+    batch, n = d.shape
+    vector, scalar = _per_matrix(n), _per_matrix()
+    return pl.pallas_call(
         functools.partial(_bisect_kernel, n=n),
-        out_shape=(f32((batch, n)), f32((batch,)), f32((batch, n))), grid=lanes,
+        out_shape=(_f32((batch, n)), _f32((batch,)), _f32((batch, n))), grid=(batch, pl.cdiv(n, LANES)),
         in_specs=[vector, vector, scalar], out_specs=(vector, scalar, vector),
-        compiler_params=pltriton.CompilerParams(num_warps=1), name="eigh_bisect",
+        compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret, name="eigh_bisect",
     )(d, e, scale)
+
+
+def _vectors(d, e, values, norm, *, interpret):
+    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`."""
+    batch, n = d.shape
+    vector, scalar, matrix, factors = _per_matrix(n), _per_matrix(), _per_matrix(n, n), _per_matrix(4, n, n)
     z = scratch = None
     for step in range(INVERSE_ITERATIONS):
         carried = () if step == 0 else (z, scratch)
-        z, scratch = call(
+        z, scratch = pl.pallas_call(
             functools.partial(_inverse_iteration_kernel, n=n, first=step == 0),
-            out_shape=(f32((batch, n, n)), f32((batch, 4, n, n))), grid=lanes,
-            in_specs=[vector, vector, vector, scalar] + ([matrix, per_matrix(4, n, n)] if carried else []),
-            out_specs=(matrix, per_matrix(4, n, n)), input_output_aliases={4: 0, 5: 1} if carried else {},
-            compiler_params=pltriton.CompilerParams(num_warps=1), name="eigh_inverse_iteration",
+            out_shape=(_f32((batch, n, n)), _f32((batch, 4, n, n))), grid=(batch, pl.cdiv(n, LANES)),
+            in_specs=[vector, vector, vector, scalar] + ([matrix, factors] if carried else []),
+            out_specs=(matrix, factors), input_output_aliases={4: 0, 5: 1} if carried else {},
+            compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret,
+            name="eigh_inverse_iteration",
         )(d, e, values, norm, *carried)
-        z = call(
-            functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, interpret=interpret),
-            out_shape=f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
-            input_output_aliases={2: 0},
-            compiler_params=pltriton.CompilerParams(num_warps=min(16, max(4, block_n // 64))),
-            name="eigh_orthonormalize",
-        )(values, norm, z)
+        z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP,
+                            interpret=interpret)
+    return z
+
+
+def _orthonormalize(z, values, norm, cluster_gap, *, interpret):
+    """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
+    or GROUP_GAP eps norm)."""
+    batch, n, _ = z.shape
+    block_n = pl.next_power_of_2(n)
+    return pl.pallas_call(
+        functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap, interpret=interpret),
+        out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[_per_matrix(n), _per_matrix(), _per_matrix(n, n)],
+        out_specs=_per_matrix(n, n), input_output_aliases={2: 0},
+        compiler_params=pltriton.CompilerParams(num_warps=min(16, max(4, block_n // 64))), interpret=interpret,
+        name="eigh_orthonormalize",
+    )(values, norm, z)
+
+
+def _back_transform(w, tau, z, *, interpret):
+    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns."""
+    batch, n, _ = z.shape
+    block_n = pl.next_power_of_2(n)
     cols = max(1, min(32, TILE // block_n))
-    q = call(
+    matrix = _per_matrix(n, n)
+    return pl.pallas_call(
         functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols),
-        out_shape=f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, vector, matrix],
-        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=8), name="eigh_back_transform",
+        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, _per_matrix(n), matrix],
+        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
+        name="eigh_back_transform",
     )(w, tau, z)
-    return q, eigenvalues
+
+
+def _tridiagonal(a, *, interpret):
+    """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64), the
+    Triton port's kernels: the scratch buffers are outputs, updated in place across launches through
+    input_output_aliases."""
+    w, d, e, tau, scale = _reduce(a, interpret=interpret)
+    values, norm, eigenvalues = _eigenvalues(d, e, scale, interpret=interpret)
+    z = _vectors(d, e, values, norm, interpret=interpret)
+    return _back_transform(w, tau, z, interpret=interpret), eigenvalues
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))

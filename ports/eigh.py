@@ -324,13 +324,23 @@ JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copie
 # shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
+PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-step launches
+ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
+ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
+# too little work per step to pay for two launches a step
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
-INVERSE_ITERATIONS = 3
+INVERSE_ITERATIONS = 4  # 3 left, in about 1 of 1000 matrices of the clustered bench row (n = 512), a group's vectors
+# unconverged (orthogonality up to 2e4; 4 rounds: at most 100.5 over 3200 matrices, results/h200/NOTES.md)
 GROUP_GAP = 10  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift
-CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T|| are orthogonalised against each other (LAPACK's dstein)
+CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T||_2 are orthogonalised against each other (LAPACK's
+# dstein, which measures with the 1-norm: for a dense random matrix that is about 0.4 sqrt(n) times larger, and the
+# clusters it chains up, hundreds of vectors long at n = 512, cost most of the Gram-Schmidt's time)
+EARLY_CLUSTER_GAP = 1e-5  # the same in the rounds before the last: there only pairs this close need it, since inverse
+# iteration shrinks a neighbour's share by about eps ||T|| / gap a round (measured with the prototype: 1e-6 let a
+# geometric spectrum reach orthogonality 87 at n = 512, 1e-5 kept every family where CLUSTER_GAP alone had it)
 
 
 def check_offsets(batch: int, size: int) -> None:
@@ -338,6 +348,11 @@ def check_offsets(batch: int, size: int) -> None:
     if batch * size * size >= 2**31:
         raise ValueError(f"the eigh kernels index with 32-bit offsets: batch * padded n^2 must be below 2**31, "
                          f"got batch = {batch}, padded n = {size}")
+
+
+def one_launch(batch: int, n: int) -> bool:
+    """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than two launches a step."""
+    return batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N
 
 
 def jacobi_size(n: int) -> int:

@@ -3,8 +3,11 @@
 They pin down the definition the ports are judged by (a library solver passes every family, the
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
-CUDA), and the Triton port's tridiagonal stages one at a time.
+CUDA), and tridiagonal stages one at a time (the tridiagonalisation of both ports, the Triton port's
+cluster Gram-Schmidt).
 """
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -145,14 +148,24 @@ def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twenti
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=tolerance)
 
 
-@pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
-def test_triton_tridiagonalisation_is_an_orthogonal_similarity(family):
-    from triton_kernels import eigh as kernels
+def tridiagonal_stage(port, name):
+    """A stage of a port's n > 64 path (`_reduce`, `_back_transform`) on torch tensors: the Pallas port's
+    through DLPack, as ports.custom_kernel, interpreted off the GPU."""
+    stage = getattr(importlib.import_module(f"{port}_kernels.eigh"), name)
+    if port == "triton":
+        return stage
+    return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
 
+
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "launch-per-step"])
+@pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
+@pytest.mark.parametrize("port", PORTS)
+def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
-    w, d, e, tau, scale = kernels._reduce(a)
-    h = kernels._back_transform(w, tau, torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()).double()
+    w, d, e, tau, scale = tridiagonal_stage(port, "_reduce")(a, one_launch)
+    eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
+    h = tridiagonal_stage(port, "_back_transform")(w, tau, eye).double()
     off = e[:, :-1].double()
     t = torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
     scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
@@ -167,7 +180,7 @@ def test_triton_cluster_orthonormalisation_keeps_each_cluster_span():
 
     n = 70
     basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
-    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP ||T|| (||T|| = 1)
+    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
     vectors = basis.clone()
     clusters = [range(0, 3), range(20, 40)]  # the second starts before a panel boundary and crosses it
     for cluster in clusters:

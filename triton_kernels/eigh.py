@@ -18,13 +18,17 @@ the launcher sorts the eigenvalues (glue).
 
 n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
-1. `_tridiagonalize_kernel`, one program per matrix: Householder reflectors T = H^T (A / max|A|) H,
-   the trailing matrix in global memory, read and written once per column.
+1. `_symmetrize_kernel` and `_tridiagonalize_kernel`: Householder reflectors T = H^T (A / max|A|) H,
+   the trailing matrix in global memory, read and written once per column. A large batch (or a
+   small n) runs every step in one launch, one program per matrix; otherwise each step is two
+   launches, the second sharing the trailing matrix's rows among many programs
+   (`ports.eigh.one_launch`).
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
-   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues), three
-   rounds from a fixed pseudo-random start.
+   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues), four
+   rounds from a fixed pseudo-random start; the rounds before the last orthogonalise only the
+   closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every cluster (CLUSTER_GAP).
 4. `_back_transform_kernel`: Q = H Z, each program holding a block of vectors in registers.
 Nothing is kept between calls. Why the shifts, clusters and rounds are what they are:
 ports/eigh.py and results/h200/NOTES.md.
@@ -36,8 +40,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS,
-                        GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, TILE, check_offsets, jacobi_size, jacobi_warps, validate)
+from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
+                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, TILE, check_offsets,
+                        jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -97,72 +102,89 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
 
 
 @triton.jit
-def _tridiagonalize_kernel(a_ptr, w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, work_ptr, n, BLOCK_N: tl.constexpr,
-                           ROWS: tl.constexpr):
-    """Program b reduces matrix b to tridiagonal form T = H^T (A / max|A|) H by Householder
-    reflectors (Golub & Van Loan 8.3.1), one column k per step, the trailing matrix in w (global
-    memory, L2-resident for the sizes benchmarked). Step k reads row k, forms v_k (v_k[k + 1] = 1)
-    and tau_k, and in one pass over the trailing rows, ROWS full rows at a time, applies step
-    k - 1's rank-2 update A -= v w^T + w v^T and accumulates p = A v_k: each step reads and writes
-    the trailing matrix once. Row k of w keeps v_k for the back-transformation."""
+def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, and their max |A| in
+    partial[b, block] (the tridiagonalisation's first step scales by the largest)."""
     matrix = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < n)[:, None] & (cols < n)[None, :]
+    src = a_ptr + matrix * n * n
+    tile = tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)
+    transposed = tl.load(src + cols[None, :] * n + rows[:, None], mask=mask, other=0.0)
+    tl.store(w_ptr + matrix * n * n + rows[:, None] * n + cols[None, :], 0.5 * tile + 0.5 * transposed, mask=mask)
+    tl.store(partial_ptr + matrix * tl.num_programs(1) + tl.program_id(1), tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+
+
+@triton.jit
+def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, work_ptr, n, first_step, last_step,
+                           partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
+                           REFLECT: tl.constexpr, UPDATE: tl.constexpr):
+    """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), steps
+    first_step .. last_step - 1 of one column each, the trailing matrix in w (global memory).
+    Step k in two parts: REFLECT (program 0 of each matrix) applies step k - 1's rank-2 update
+    A -= v u^T + u v^T to row k, forms the reflector v_k (v_k[k + 1] = 1), tau_k, d_k, e_k, and
+    writes u_{k-1} and v_k to work and, one step late, v_{k-1} into row k - 1 of w (no program
+    reads that row any more) for the back-transformation; UPDATE sweeps the trailing rows, ROWS
+    full rows at a time, applying the update and accumulating p = A v_k: each step reads and
+    writes the trailing matrix once. The programs (b, j) of matrix b share its row tiles j, j + P,
+    ... (P programs). v, u and p alternate between two thirds-of-work by the step's parity, so a
+    step reads the previous step's while writing its own. The launcher runs every step in one
+    launch with both parts, one program per matrix (barriers between the parts), or each part
+    in its own launch, UPDATE with many programs per matrix. The first step scales by max|A|
+    (from partial[b, :partials]): no overflow or underflow at the extreme magnitudes."""
+    matrix = tl.program_id(0).to(tl.int64)
+    program, programs = tl.program_id(1), tl.num_programs(1)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
     in_cols = cols < n
-    src, dst, work = a_ptr + matrix * n * n, w_ptr + matrix * n * n, work_ptr + matrix * 3 * BLOCK_N
-    biggest = tl.zeros((ROWS, BLOCK_N), tl.float32)
-    for r0 in range(0, n, ROWS):
-        rows = r0 + local
-        mask = (rows < n)[:, None] & in_cols[None, :]
-        biggest = tl.maximum(biggest, tl.abs(tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)))
-    scale = tl.max(tl.max(biggest, axis=1), axis=0)
-    scale = tl.where(scale > 0, scale, 1.0)
-    tl.store(scale_ptr + matrix, scale)
-    for r0 in range(0, n, ROWS):  # w = the symmetric part of A, scaled (no overflow or underflow at extreme magnitudes)
-        rows = r0 + local
-        mask = (rows < n)[:, None] & in_cols[None, :]
-        tile = tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)
-        transposed = tl.load(src + cols[None, :] * n + rows[:, None], mask=mask, other=0.0)
-        tl.store(dst + rows[:, None] * n + cols[None, :], (0.5 * tile + 0.5 * transposed) / scale, mask=mask)
-    v = tl.zeros((BLOCK_N,), tl.float32)  # step k - 1's reflector and update, not yet applied to w
-    w = tl.zeros((BLOCK_N,), tl.float32)
-    tl.store(work + cols, v)
-    tl.store(work + BLOCK_N + cols, w)
-    tl.debug_barrier()
-    for k in range(0, n):
-        row = tl.load(dst + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg")
-        row -= tl.sum(tl.where(cols == k, v, 0.0)) * w + tl.sum(tl.where(cols == k, w, 0.0)) * v
-        tl.store(d_ptr + matrix * n + k, tl.sum(tl.where(cols == k, row, 0.0)))
-        alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
-        sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
-        norm = tl.sqrt_rn(alpha * alpha + sigma)
-        beta = tl.where(alpha >= 0, -norm, norm)
-        trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-        tau = tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta))
-        inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
-        reflector = tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0))
-        tl.store(e_ptr + matrix * n + k, tl.where(trivial, alpha, beta))  # e[n - 1] = 0
-        tl.store(tau_ptr + matrix * n + k, tau)
-        below = in_cols & (cols > k)
-        tl.store(dst + k * n + cols, reflector, mask=below)
-        for block in range(0, tl.cdiv(n - k - 1, ROWS)):  # zero-based: see _orthonormalize_kernel
-            rows = k + 1 + block * ROWS + local
-            inside = rows < n
-            ptrs = dst + rows[:, None] * n + cols[None, :]
-            mask = inside[:, None] & below[None, :]
-            tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-            v_rows = tl.load(work + rows, mask=inside, other=0.0, cache_modifier=".cg")
-            w_rows = tl.load(work + BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-            tile -= v_rows[:, None] * w[None, :] + w_rows[:, None] * v[None, :]
-            tl.store(ptrs, tile, mask=mask)
-            tl.store(work + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
-        tl.debug_barrier()
-        p = tau * tl.load(work + 2 * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
-        w = p - (0.5 * tau * tl.sum(p * reflector)) * reflector
-        v = reflector
-        tl.store(work + cols, v)
-        tl.store(work + BLOCK_N + cols, w)
-        tl.debug_barrier()
+    w, work = w_ptr + matrix * n * n, work_ptr + matrix * 6 * BLOCK_N
+    for k in range(first_step, last_step):
+        previous, current = work + ((k + 1) % 2) * 3 * BLOCK_N, work + (k % 2) * 3 * BLOCK_N  # v, u, p
+        if REFLECT:
+            biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
+                                     mask=(k == 0) & (tl.arange(0, PARTIALS) < partials), other=0.0), axis=0)
+            tl.store(scale_ptr + matrix, tl.where(biggest > 0, biggest, 1.0), mask=k == 0)
+            factor = tl.where(k == 0, 1.0 / tl.where(biggest > 0, biggest, 1.0), 1.0)
+            v = tl.load(previous + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
+            tau = tl.load(tau_ptr + matrix * n + k - 1, mask=k > 0, other=0.0)
+            p = tau * tl.load(previous + 2 * BLOCK_N + cols, mask=(k > 0) & in_cols & (cols >= k), other=0.0,
+                              cache_modifier=".cg")  # written for rows >= k only
+            update = p - (0.5 * tau * tl.sum(p * v)) * v
+            tl.store(previous + BLOCK_N + cols, update)
+            row = tl.load(w + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
+            row -= tl.sum(tl.where(cols == k, v, 0.0)) * update + tl.sum(tl.where(cols == k, update, 0.0)) * v
+            alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
+            sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
+            norm = tl.sqrt_rn(alpha * alpha + sigma)
+            beta = tl.where(alpha >= 0, -norm, norm)
+            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
+            inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
+            tl.store(current + cols, tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0)))
+            tl.store(d_ptr + matrix * n + k, tl.sum(tl.where(cols == k, row, 0.0)))
+            tl.store(e_ptr + matrix * n + k, tl.where(trivial, alpha, beta))  # e[n - 1] = 0
+            tl.store(tau_ptr + matrix * n + k, tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta)))
+            tl.store(w + (k - 1) * n + cols, v, mask=(k > 0) & in_cols & (cols >= k))
+            tl.debug_barrier()
+        if UPDATE:
+            factor = tl.where(k == 0, 1.0 / tl.load(scale_ptr + matrix), 1.0)
+            v = tl.load(previous + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
+            update = tl.load(previous + BLOCK_N + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
+            reflector = tl.load(current + cols, mask=in_cols, other=0.0, cache_modifier=".cg")
+            below = in_cols & (cols > k)
+            tiles = tl.cdiv(n - k - 1, ROWS)
+            for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
+                rows = k + 1 + (program + t * programs) * ROWS + local
+                inside = rows < n
+                ptrs = w + rows[:, None] * n + cols[None, :]
+                mask = inside[:, None] & below[None, :]
+                tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+                v_rows = tl.load(previous + rows, mask=inside & (k > 0), other=0.0, cache_modifier=".cg")
+                u_rows = tl.load(previous + BLOCK_N + rows, mask=inside & (k > 0), other=0.0, cache_modifier=".cg")
+                tile -= v_rows[:, None] * update[None, :] + u_rows[:, None] * v[None, :]
+                tl.store(ptrs, tile, mask=mask)
+                tl.store(current + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
+            tl.debug_barrier()
 
 
 @triton.jit
@@ -299,20 +321,24 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
 
 
 @triton.jit
-def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
+def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, n, BLOCK_N: tl.constexpr,
+                           PANEL: tl.constexpr):
     """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
-    clusters, chains of eigenvalues each within cluster_gap ||T|| of the previous one (LAPACK's
-    dstein criterion). Block Gram-Schmidt over panels of PANEL vectors in order: a panel is made
-    orthogonal to the earlier members of its first vector's cluster (classical, PANEL at a time),
-    then within itself (modified, normalising), and both steps again (block Gram-Schmidt twice).
-    Vectors of different clusters in one panel are orthogonalised too: they are orthogonal to
-    about eps / cluster_gap already, so it only costs time."""
+    clusters, chains of eigenvalues each within cluster_gap ||T||_2 of the previous one (LAPACK's
+    dstein criterion, with the spectral norm max |eigenvalue| in place of its 1-norm bound), and
+    always within groups (eigenvalues within group_gap ||T|| that shared an inverse-iteration shift).
+    Block Gram-Schmidt over panels of PANEL vectors in order: the panel's members of its first
+    vector's cluster are made orthogonal to that cluster's earlier members (classical, PANEL at a
+    time), then each cluster's members within the panel to each other (modified, normalising),
+    and both steps again (block Gram-Schmidt twice). A vector alone in its cluster is only
+    normalised (on load): with short clusters, most steps are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, PANEL)
     valid = cols < n
     x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
-    tolerance = cluster_gap * tl.load(norm_ptr + matrix)
+    tolerance = tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
+                           group_gap * tl.load(norm_ptr + matrix))
     start = 0  # the cluster of the panel's first vector starts here
     for panel in range(0, tl.cdiv(n, PANEL)):
         members = panel * PANEL + local
@@ -322,6 +348,9 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N:
                 - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
         breaks = inside & ((members == 0) | (gaps > tolerance))
         start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
+        cluster = tl.where(inside, tl.cumsum(breaks.to(tl.int32), axis=0), -1)  # numbered within the panel
+        first_cluster = tl.sum(tl.where(local == 0, cluster, 0))
+        continued = panel * PANEL > start  # the first cluster has members in earlier panels
         block = tl.load(x + members[:, None] * n + cols[None, :], mask=mask, other=0.0)
         block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
         for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
@@ -335,13 +364,17 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, n, BLOCK_N:
                     vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < panel * PANEL), other=0.0,
                                      cache_modifier=".cg")
                     correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
-                block -= correction
+                block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
             for i in tl.static_range(PANEL):
-                row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
-                row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
-                later = tl.sum(block * row[None, :], axis=1)
-                block = tl.where(local[:, None] == i, row[None, :],
-                                 tl.where(local[:, None] > i, block - later[:, None] * row[None, :], block))
+                own = tl.sum(tl.where(local == i, cluster, 0))
+                partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
+                if (partners > 0) | (continued & (own == first_cluster)):
+                    row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
+                    row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
+                    later = tl.sum(block * row[None, :], axis=1)
+                    after = (local > i) & (cluster == own)
+                    block = tl.where(local[:, None] == i, row[None, :],
+                                     tl.where(after[:, None], block - later[:, None] * row[None, :], block))
         tl.store(x + members[:, None] * n + cols[None, :], block, mask=mask)
         start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
         tl.debug_barrier()
@@ -378,15 +411,29 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
-def _reduce(a: torch.Tensor):
-    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows."""
+def _reduce(a: torch.Tensor, single: bool | None = None):
+    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
+    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise
+    two launches per step, the trailing update with PROGRAM_ROWS rows per program."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
-    w, work = _empty(batch, n, n, device=a.device), _empty(batch, 3, block_n, device=a.device)
+    rows = max(1, TILE // block_n)
+    blocks = triton.cdiv(n, rows)
+    w, work, partial = _empty(batch, n, n, device=a.device), _empty(batch, 6, block_n, device=a.device), _empty(
+        batch, blocks, device=a.device)
     d, e, tau = (_empty(batch, n, device=a.device) for _ in range(3))
     scale = _empty(batch, device=a.device)
-    _tridiagonalize_kernel[(batch,)](a, w, d, e, tau, scale, work, n, BLOCK_N=block_n,
-                                     ROWS=max(1, TILE // block_n), num_warps=8)
+    _symmetrize_kernel[(batch, blocks)](a, w, partial, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
+    args = (w, d, e, tau, scale, partial, work, n)
+    meta = dict(partials=blocks, BLOCK_N=block_n, ROWS=rows, PARTIALS=triton.next_power_of_2(blocks), num_warps=8)
+    if one_launch(batch, n) if single is None else single:
+        _tridiagonalize_kernel[(batch, 1)](*args, 0, n, REFLECT=True, UPDATE=True, **meta)
+    else:
+        tiles_per_program = max(1, PROGRAM_ROWS // rows)
+        for k in range(n):
+            _tridiagonalize_kernel[(batch, 1)](*args, k, k + 1, REFLECT=True, UPDATE=False, **meta)
+            programs = max(1, triton.cdiv(triton.cdiv(n - k - 1, rows), tiles_per_program))
+            _tridiagonalize_kernel[(batch, programs)](*args, k, k + 1, REFLECT=False, UPDATE=True, **meta)
     return w, d, e, tau, scale
 
 
@@ -408,15 +455,16 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
         _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, z, scratch, n, EPS,
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        _orthonormalize(z, values, norm)
+        _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
     return z
 
 
-def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
-    """z's rows normalised, and orthonormal within each cluster of `values` (in place)."""
+def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float = CLUSTER_GAP):
+    """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
+    or GROUP_GAP eps norm) (in place)."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
-    _orthonormalize_kernel[(batch,)](z, values, norm, CLUSTER_GAP, n, BLOCK_N=block_n, PANEL=PANEL,
+    _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
                                      num_warps=min(16, max(4, block_n // 64)))
 
 
