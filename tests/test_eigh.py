@@ -3,8 +3,8 @@
 They pin down the definition the ports are judged by (a library solver passes every family, the
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
-CUDA), and tridiagonal stages one at a time (the tridiagonalisation of both ports, the Triton port's
-cluster Gram-Schmidt).
+CUDA), and two tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
+Gram-Schmidt).
 """
 import importlib
 
@@ -149,8 +149,8 @@ def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twenti
 
 
 def tridiagonal_stage(port, name):
-    """A stage of a port's n > 64 path (`_reduce`, `_back_transform`) on torch tensors: the Pallas port's
-    through DLPack, as ports.custom_kernel, interpreted off the GPU."""
+    """A stage of a port's n > 64 path (`_reduce`, `_orthonormalize`, `_back_transform`) on torch tensors:
+    the Pallas port's through DLPack, as ports.custom_kernel, interpreted off the GPU."""
     stage = getattr(importlib.import_module(f"{port}_kernels.eigh"), name)
     if port == "triton":
         return stage
@@ -175,9 +175,8 @@ def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch
     assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
 
 
-def test_triton_cluster_orthonormalisation_keeps_each_cluster_span():
-    from triton_kernels import eigh as kernels
-
+@pytest.mark.parametrize("port", PORTS)
+def test_cluster_orthonormalisation_keeps_each_cluster_span(port):
     n = 70
     basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
     values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
@@ -188,7 +187,8 @@ def test_triton_cluster_orthonormalisation_keeps_each_cluster_span():
         for j in cluster[1:]:
             vectors[j] = basis[cluster[0]] + 1e-2 * basis[j]  # nearly parallel, spanning the cluster's space
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    kernels._orthonormalize(z, values.float()[None].to(DEVICE).contiguous(), torch.ones(1, device=DEVICE))
+    z = tridiagonal_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
+                                                   torch.ones(1, device=DEVICE), spec.CLUSTER_GAP)
     z = z[0].double().cpu()
     # float32 rounding, amplified by the cancellation (about eps / 1e-2)
     assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 1e-5

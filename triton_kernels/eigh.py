@@ -128,8 +128,8 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
     reads that row any more) for the back-transformation; UPDATE sweeps the trailing rows, ROWS
     full rows at a time, applying the update and accumulating p = A v_k: each step reads and
     writes the trailing matrix once. The programs (b, j) of matrix b share its row tiles j, j + P,
-    ... (P programs). v, u and p alternate between two thirds-of-work by the step's parity, so a
-    step reads the previous step's while writing its own. The launcher runs every step in one
+    ... (P programs). work holds v, u and p twice, one set per parity of the step, so a step reads
+    the previous step's while writing its own. The launcher runs every step in one
     launch with both parts, one program per matrix (barriers between the parts), or each part
     in its own launch, UPDATE with many programs per matrix. The first step scales by max|A|
     (from partial[b, :partials]): no overflow or underflow at the extreme magnitudes."""
@@ -140,7 +140,7 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
     in_cols = cols < n
     w, work = w_ptr + matrix * n * n, work_ptr + matrix * 6 * BLOCK_N
     for k in range(first_step, last_step):
-        previous, current = work + ((k + 1) % 2) * 3 * BLOCK_N, work + (k % 2) * 3 * BLOCK_N  # v, u, p
+        previous, current = work + ((k + 1) % 2) * 3 * BLOCK_N, work + (k % 2) * 3 * BLOCK_N  # v, u, p each
         if REFLECT:
             biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
                                      mask=(k == 0) & (tl.arange(0, PARTIALS) < partials), other=0.0), axis=0)
@@ -455,17 +455,18 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
         _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, z, scratch, n, EPS,
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
+        z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
     return z
 
 
-def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float = CLUSTER_GAP):
+def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float):
     """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm) (in place)."""
+    or GROUP_GAP eps norm): z, changed in place."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
                                      num_warps=min(16, max(4, block_n // 64)))
+    return z
 
 
 def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
