@@ -38,7 +38,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
-                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, TILE, check_offsets,
+                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
+                        check_offsets,
                         jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
@@ -428,6 +429,71 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
 
 
+def _row_residuals(x_ref, d_ref, e_ref, values_ref, rows, inside, *, n, block_n):
+    """As the Triton port's `_row_residuals`: ||T x_r - value_r x_r|| for r in rows."""
+    cols = jnp.arange(block_n)
+    valid = cols < n
+    mask = inside[:, None] & valid[None, :]
+    here = _load(x_ref.at[rows[:, None], cols[None, :]], mask)
+    before = _load(x_ref.at[rows[:, None], cols[None, :] - 1], mask & (cols[None, :] > 0))
+    after = _load(x_ref.at[rows[:, None], cols[None, :] + 1], mask & (cols[None, :] < n - 1))
+    diagonal = _load(d_ref.at[cols], valid)
+    upper = _load(e_ref.at[cols], cols < n - 1)
+    lower = _load(e_ref.at[cols - 1], valid & (cols > 0))
+    value = _load(values_ref.at[rows], inside)
+    r = (diagonal[None, :] - value[:, None]) * here + lower[None, :] * before + upper[None, :] * after
+    return jnp.sqrt(jnp.sum(r * r, axis=1))
+
+
+def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *, n, block_n, interpret):
+    """As the Triton port's `_repair_kernel`: program b replaces each vector whose residual exceeds
+    REPAIR_RESIDUAL eps ||T|| by its part orthogonal to every sound vector (classical Gram-Schmidt
+    over panels of PANEL vectors, twice), normalised; residuals go to residual_ref (a repaired
+    vector's after repair). x (the input, aliased) is read and written through the output ref."""
+    cols = jnp.arange(block_n)
+    local = jnp.arange(PANEL)
+    valid = cols < n
+    bound = REPAIR_RESIDUAL * EPS * norm_ref[...]
+    residuals = functools.partial(_row_residuals, x_ref, d_ref, e_ref, values_ref, n=n, block_n=block_n)
+
+    def check(panel, unsound):
+        rows = panel * PANEL + local
+        inside = rows < n
+        r = residuals(rows, inside)
+        pltriton.store(residual_ref.at[rows], r, mask=inside)
+        return unsound + jnp.sum((inside & (r > bound)).astype(jnp.int32))
+
+    def repair(j):
+        def project(panel, vector):
+            rows = panel * PANEL + local
+            inside = rows < n
+            sound = inside & (rows != j) & (_load(residual_ref.at[rows], inside) <= bound)
+            block = _load(x_ref.at[rows[:, None], cols[None, :]], sound[:, None] & valid[None, :])
+            return vector - jnp.sum(jnp.sum(block * vector[None, :], axis=1)[:, None] * block, axis=0)
+
+        vector = _load(x_ref.at[j, pl.ds(0, block_n)], valid)
+        for _ in range(2):
+            vector = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), project, vector)
+        vector /= jnp.maximum(jnp.sqrt(jnp.sum(vector * vector)), 1e-30)
+        pltriton.store(x_ref.at[j, pl.ds(0, block_n)], vector, mask=valid)
+        _barrier(interpret)
+        rows = j + local
+        pltriton.store(residual_ref.at[rows], residuals(rows, local == 0), mask=local == 0)
+        _barrier(interpret)
+        return j
+
+    def each_vector(j, carry):
+        residual = jnp.sum(_load(residual_ref.at[j + local], local == 0))
+        return jax.lax.cond(residual > bound, repair, lambda j: j, j) * 0 + carry
+
+    def repair_all(carry):
+        _barrier(interpret)
+        return jax.lax.fori_loop(0, n, each_vector, carry)
+
+    unsound = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), check, jnp.int32(0))
+    jax.lax.cond(unsound > 0, repair_all, lambda carry: carry, jnp.int32(0))
+
+
 def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_per_program):
     """As the Triton port's `_back_transform_kernel`: program (b, block), Q[:, the block's
     vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied last first
@@ -526,7 +592,23 @@ def _vectors(d, e, values, norm, *, interpret):
         )(d, e, values, norm, *carried)
         z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP,
                             interpret=interpret)
-    return z
+    return _repair(z, d, e, values, norm, interpret=interpret)[0]
+
+
+def _repair(z, d, e, values, norm, *, interpret):
+    """(z with every vector whose residual exceeds REPAIR_RESIDUAL eps ||T|| made orthogonal to the sound ones,
+    the residuals [batch, n])."""
+    batch, n, _ = z.shape
+    block_n = pl.next_power_of_2(n)
+    vector = _per_matrix(n)
+    return pl.pallas_call(
+        functools.partial(_repair_kernel, n=n, block_n=block_n, interpret=interpret),
+        out_shape=(_f32((batch, n, n)), _f32((batch, n))), grid=(batch,),
+        in_specs=[vector, vector, vector, _per_matrix(), _per_matrix(n, n)], out_specs=(_per_matrix(n, n), vector),
+        input_output_aliases={4: 0},
+        compiler_params=pltriton.CompilerParams(num_warps=min(16, max(4, block_n // 64))), interpret=interpret,
+        name="eigh_repair",
+    )(d, e, values, norm, z)
 
 
 def _orthonormalize(z, values, norm, cluster_gap, *, interpret):

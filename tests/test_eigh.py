@@ -3,8 +3,8 @@
 They pin down the definition the ports are judged by (a library solver passes every family, the
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
-CUDA), and two tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
-Gram-Schmidt).
+CUDA), and three tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
+Gram-Schmidt, the repair of spoiled vectors).
 """
 import importlib
 
@@ -198,6 +198,34 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port):
     alone = [j for j in range(n) if not any(j in cluster for cluster in clusters)]
     assert float((z[alone] - basis[alone]).abs().max()) < 1e-5  # vectors outside clusters are only normalised
 
+
+@pytest.mark.parametrize("port", PORTS)
+def test_repair_restores_vectors_spoiled_along_far_clusters(port):
+    n = 70
+    gen = torch.Generator().manual_seed(4)
+    d, e = torch.randn(n, generator=gen, dtype=torch.float64), 0.5 * torch.randn(n, generator=gen, dtype=torch.float64)
+    e[-1] = 0.0
+    t = torch.diag(d) + torch.diag(e[:-1], 1) + torch.diag(e[:-1], -1)
+    values, basis = torch.linalg.eigh(t)  # the float64 reference; the basis's rows are the vectors
+    basis = basis.T.contiguous()
+    z = basis.clone()
+    spoiled = [5, 40]  # in different panels; spoiled along vectors far up or down the spectrum
+    z[5] += 1e-3 * (basis[60] + basis[65])
+    z[40] += 1e-3 * basis[0]
+    z[spoiled] /= z[spoiled].norm(dim=1, keepdim=True)
+    norm = t.abs().sum(1).max()
+    as_input = [x.float()[None].to(DEVICE).contiguous() for x in (z, d, e, values)]
+    before = as_input[0].clone()
+    out, residual = tridiagonal_stage(port, "_repair")(*as_input, norm.float()[None].to(DEVICE))
+    out, residual = out[0].double().cpu(), residual[0].double().cpu()
+    sound = [j for j in range(n) if j not in spoiled]
+    assert torch.equal(out[sound], before[0, sound].double().cpu())  # sound vectors are left alone
+    assert float((out @ out.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 20 * spec.EPS
+    for j in spoiled:  # the one direction the sound vectors leave: the spoiled vector's own
+        assert abs(float(out[j] @ basis[j])) > 1 - 1e-5
+    expected = (out @ t - out * values.float().double()[:, None]).norm(dim=1)
+    assert torch.allclose(residual, expected, rtol=1e-3, atol=10 * spec.EPS * float(norm))
+    assert float(residual.max()) < spec.REPAIR_RESIDUAL * spec.EPS * float(norm)
 
 def test_sizes_beyond_32_bit_offsets_are_refused():
     with pytest.raises(ValueError, match="32-bit offsets"):

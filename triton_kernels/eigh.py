@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
-                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, TILE, check_offsets,
+                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, check_offsets,
                         jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = torch.finfo(torch.float32).eps
@@ -381,6 +381,69 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
 
 
 @triton.jit
+def _row_residuals(x, d, e, rows, cols, valid, inside, values, n):
+    """||T x_r - value_r x_r|| for the vectors x_r, r in rows (x is [vector, element], T tridiagonal)."""
+    mask = inside[:, None] & valid[None, :]
+    here = tl.load(x + rows[:, None] * n + cols[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+    before = tl.load(x + rows[:, None] * n + cols[None, :] - 1, mask=mask & (cols[None, :] > 0), other=0.0,
+                     cache_modifier=".cg")
+    after = tl.load(x + rows[:, None] * n + cols[None, :] + 1, mask=mask & (cols[None, :] < n - 1), other=0.0,
+                    cache_modifier=".cg")
+    diagonal = tl.load(d + cols, mask=valid, other=0.0)
+    upper = tl.load(e + cols, mask=cols < n - 1, other=0.0)
+    lower = tl.load(e + cols - 1, mask=valid & (cols > 0), other=0.0)
+    value = tl.load(values + rows, mask=inside, other=0.0)
+    r = (diagonal[None, :] - value[:, None]) * here + lower[None, :] * before + upper[None, :] * after
+    return tl.sqrt_rn(tl.sum(r * r, axis=1))
+
+
+@triton.jit
+def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limit, n, BLOCK_N: tl.constexpr,
+                   PANEL: tl.constexpr):
+    """Program b checks each vector's residual ||T x_j - value_j x_j|| against limit ||T|| and
+    replaces a vector above it by its part orthogonal to every sound vector (classical
+    Gram-Schmidt over panels of PANEL vectors, twice), normalised. Such a vector is the rare
+    one whose Gram-Schmidt within its cluster cancelled almost all of it: what was left is
+    mostly rounding, partly along other clusters' vectors, which the cluster's Gram-Schmidt does
+    not touch. Residuals are written to residual [batch, n] (a repaired vector's after repair)."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, PANEL)
+    valid = cols < n
+    x, d, e, values, residual = (x_ptr + matrix * n * n, d_ptr + matrix * n, e_ptr + matrix * n,
+                                 values_ptr + matrix * n, residual_ptr + matrix * n)
+    bound = limit * tl.load(norm_ptr + matrix)
+    unsound = 0
+    for panel in range(0, tl.cdiv(n, PANEL)):
+        rows = panel * PANEL + local
+        inside = rows < n
+        r = _row_residuals(x, d, e, rows, cols, valid, inside, values, n)
+        tl.store(residual + rows, r, mask=inside)
+        unsound += tl.sum((inside & (r > bound)).to(tl.int32))
+    if unsound > 0:
+        tl.debug_barrier()
+        for j in range(0, n):
+            if tl.load(residual + j) > bound:
+                vector = tl.load(x + j * n + cols, mask=valid, other=0.0, cache_modifier=".cg")
+                for _ in tl.static_range(2):
+                    for panel in range(0, tl.cdiv(n, PANEL)):
+                        rows = panel * PANEL + local
+                        inside = rows < n
+                        sound = inside & (rows != j) & (tl.load(residual + rows, mask=inside, other=0.0,
+                                                                cache_modifier=".cg") <= bound)
+                        block = tl.load(x + rows[:, None] * n + cols[None, :], mask=sound[:, None] & valid[None, :],
+                                        other=0.0, cache_modifier=".cg")
+                        vector -= tl.sum(tl.sum(block * vector[None, :], axis=1)[:, None] * block, axis=0)
+                vector /= tl.maximum(tl.sqrt_rn(tl.sum(vector * vector)), 1e-30)
+                tl.store(x + j * n + cols, vector, mask=valid)
+                tl.debug_barrier()
+                rows = j + local
+                again = _row_residuals(x, d, e, rows, cols, valid, local == 0, values, n)
+                tl.store(residual + rows, again, mask=local == 0)
+                tl.debug_barrier()
+
+
+@triton.jit
 def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
     """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
     applied last first to the vectors held in registers (Z is [batch, vector, n]; Q is written
@@ -456,7 +519,18 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
         z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
-    return z
+    return _repair(z, d, e, values, norm)[0]
+
+
+def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
+    """z with every vector whose residual exceeds REPAIR_RESIDUAL eps ||T|| made orthogonal to the sound
+    ones (changed in place), and the residuals [batch, n]."""
+    batch, n, _ = z.shape
+    block_n = triton.next_power_of_2(n)
+    residual = _empty(batch, n, device=z.device)
+    _repair_kernel[(batch,)](z, d, e, values, norm, residual, REPAIR_RESIDUAL * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
+                             num_warps=min(16, max(4, block_n // 64)))
+    return z, residual
 
 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float):
