@@ -18,10 +18,10 @@ parts, the trailing matrix in global memory: every step in one launch of one pro
 or, by ports.eigh.one_launch, two launches per step, the update with several programs per matrix),
 bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
 (group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
-Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), and the back-transformation
-Q = H Z. Its scratch buffers are pallas_call outputs, carried between launches through
-input_output_aliases. The differences: a pallas_call's grid is static, so the launches per step
-are a jax.lax.fori_loop over the step (an operand of the kernels) whose update launch keeps step
+Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
+residual is above REPAIR_RESIDUAL eps ||T||, and the back-transformation Q = H Z. Its scratch
+buffers are pallas_call outputs, carried between launches through input_output_aliases. The
+differences: a pallas_call's grid is static, so the launches per step are a jax.lax.fori_loop over the step (an operand of the kernels) whose update launch keeps step
 0's number of programs throughout, programs past the trailing matrix's last tile idling (the
 Triton port sizes each launch to its step; unrolling n launches in Python would compile for too
 long at n = 2048); the barriers (pltriton.debug_barrier) are left out under the interpreter, which
@@ -39,8 +39,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets,
-                        jacobi_size, jacobi_warps, one_launch, validate)
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -480,18 +479,17 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         rows = j + local
         pltriton.store(residual_ref.at[rows], residuals(rows, local == 0), mask=local == 0)
         _barrier(interpret)
-        return j
 
     def each_vector(j, carry):
-        residual = jnp.sum(_load(residual_ref.at[j + local], local == 0))
-        return jax.lax.cond(residual > bound, repair, lambda j: j, j) * 0 + carry
-
-    def repair_all(carry):
-        _barrier(interpret)
-        return jax.lax.fori_loop(0, n, each_vector, carry)
+        pl.when(residual_ref[j] > bound)(lambda: repair(j))
+        return carry
 
     unsound = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), check, jnp.int32(0))
-    jax.lax.cond(unsound > 0, repair_all, lambda carry: carry, jnp.int32(0))
+
+    @pl.when(unsound > 0)
+    def _():
+        _barrier(interpret)
+        jax.lax.fori_loop(0, n, each_vector, 0)
 
 
 def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_per_program):

@@ -26,9 +26,11 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
-   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues), four
-   rounds from a fixed pseudo-random start; the rounds before the last orthogonalise only the
-   closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every cluster (CLUSTER_GAP).
+   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues),
+   INVERSE_ITERATIONS rounds from a fixed pseudo-random start; the rounds before the last
+   orthogonalise only the closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every
+   cluster (CLUSTER_GAP). Then `_repair_kernel` makes any vector whose residual is above
+   REPAIR_RESIDUAL eps ||T|| orthogonal to all the sound ones.
 4. `_back_transform_kernel`: Q = H Z, each program holding a block of vectors in registers.
 Nothing is kept between calls. Why the shifts, clusters and rounds are what they are:
 ports/eigh.py and results/h200/NOTES.md.
@@ -41,8 +43,8 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
-                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, check_offsets,
-                        jacobi_size, jacobi_warps, one_launch, validate)
+                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -423,7 +425,7 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
     if unsound > 0:
         tl.debug_barrier()
         for j in range(0, n):
-            if tl.load(residual + j) > bound:
+            if tl.load(residual + j, cache_modifier=".cg") > bound:
                 vector = tl.load(x + j * n + cols, mask=valid, other=0.0, cache_modifier=".cg")
                 for _ in tl.static_range(2):
                     for panel in range(0, tl.cdiv(n, PANEL)):
@@ -437,7 +439,7 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
                 vector /= tl.maximum(tl.sqrt_rn(tl.sum(vector * vector)), 1e-30)
                 tl.store(x + j * n + cols, vector, mask=valid)
                 tl.debug_barrier()
-                rows = j + local
+                rows = j + local  # a panel's tile with only row j inside
                 again = _row_residuals(x, d, e, rows, cols, valid, local == 0, values, n)
                 tl.store(residual + rows, again, mask=local == 0)
                 tl.debug_barrier()
