@@ -21,12 +21,13 @@ bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds o
 Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
 residual is above REPAIR_RESIDUAL eps ||T||, and the back-transformation Q = H Z. Its scratch
 buffers are pallas_call outputs, carried between launches through input_output_aliases. The
-differences: a pallas_call's grid is static, so the launches per step are a jax.lax.fori_loop over the step (an operand of the kernels) whose update launch keeps step
-0's number of programs throughout, programs past the trailing matrix's last tile idling (the
-Triton port sizes each launch to its step; unrolling n launches in Python would compile for too
-long at n = 2048); the barriers (pltriton.debug_barrier) are left out under the interpreter, which
-has no lowering for them and runs each program in order; and the loads of what a program wrote
-itself carry no ".cg" cache modifier (this JAX's Triton lowering rejects every cache modifier).
+differences: a pallas_call's grid is static, so the launches per step are a jax.lax.fori_loop
+over the step (an operand of the kernels) whose update launch keeps step 0's number of programs
+throughout, programs past the trailing matrix's last tile idling (the Triton port sizes each
+launch to its step; unrolling n launches in Python would compile for too long at n = 2048); the
+barriers (pltriton.debug_barrier) are left out under the interpreter, which has no lowering for
+them and runs each program in order; and the loads of what a program wrote itself carry no ".cg"
+cache modifier (this JAX's Triton lowering rejects every cache modifier).
 """
 from __future__ import annotations
 
