@@ -40,7 +40,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate)
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate,
+                        vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -605,7 +606,7 @@ def _repair(z, d, e, values, norm, *, interpret):
         out_shape=(_f32((batch, n, n)), _f32((batch, n))), grid=(batch,),
         in_specs=[vector, vector, vector, _per_matrix(), _per_matrix(n, n)], out_specs=(_per_matrix(n, n), vector),
         input_output_aliases={4: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=min(16, max(4, block_n // 64))), interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
         name="eigh_repair",
     )(d, e, values, norm, z)
 
@@ -619,7 +620,7 @@ def _orthonormalize(z, values, norm, cluster_gap, *, interpret):
         functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap, interpret=interpret),
         out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[_per_matrix(n), _per_matrix(), _per_matrix(n, n)],
         out_specs=_per_matrix(n, n), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=min(16, max(4, block_n // 64))), interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
         name="eigh_orthonormalize",
     )(values, norm, z)
 

@@ -367,6 +367,12 @@ def jacobi_size(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def vector_panel_warps(block_n: int) -> int:
+    """Warps per program for the kernels that sweep a matrix's vectors PANEL rows of block_n at a time (the
+    clusters' Gram-Schmidt and the repair): one per 64 elements of a row, 4 to 16."""
+    return min(16, max(4, block_n // 64))
+
+
 def jacobi_warps(size: int) -> int:
     """Warps per program for an N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (on the
     H200, 4 warps ran the blocked case's 32 x 32 solves 1.5 to 2 times faster than 8), 8 for N = 64."""

@@ -44,7 +44,8 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate)
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate,
+                        vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -531,7 +532,7 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
     block_n = triton.next_power_of_2(n)
     residual = _empty(batch, n, device=z.device)
     _repair_kernel[(batch,)](z, d, e, values, norm, residual, REPAIR_RESIDUAL * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
-                             num_warps=min(16, max(4, block_n // 64)))
+                             num_warps=vector_panel_warps(block_n))
     return z, residual
 
 
@@ -541,7 +542,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
-                                     num_warps=min(16, max(4, block_n // 64)))
+                                     num_warps=vector_panel_warps(block_n))
     return z
 
 
