@@ -175,20 +175,23 @@ def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch
     assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["program-per-matrix", "split"])
 @pytest.mark.parametrize("port", PORTS)
-def test_cluster_orthonormalisation_keeps_each_cluster_span(port):
+def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split):
     n = 70
     basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
     values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
     vectors = basis.clone()
-    clusters = [range(0, 3), range(20, 40)]  # the second starts before a panel boundary and crosses it
+    # the second starts before a panel boundary and crosses it; the third spans three panels (two earlier
+    # blocks of PANEL for its last panel, shared between programs when split)
+    clusters = [range(0, 3), range(20, 40), range(44, 70)]
     for cluster in clusters:
         values[list(cluster)] = values[cluster[0]] + 1e-6 * torch.arange(len(cluster), dtype=torch.float64)
         for j in cluster[1:]:
             vectors[j] = basis[cluster[0]] + 1e-2 * basis[j]  # nearly parallel, spanning the cluster's space
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
     z = tridiagonal_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
-                                                   torch.ones(1, device=DEVICE), spec.CLUSTER_GAP)
+                                                   torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
     z = z[0].double().cpu()
     # float32 rounding, amplified by the cancellation (about eps / 1e-2)
     assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 1e-5

@@ -44,7 +44,8 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate)
+                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
+                        split_gram_schmidt, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -323,6 +324,70 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
 
 
 @triton.jit
+def _panel_clusters(values, panel, start, tolerance, n, PANEL: tl.constexpr):
+    """The panel's members, which are inside n, their clusters numbered within the panel (breaks
+    where a gap exceeds tolerance), the first member's cluster, whether that cluster has members
+    in earlier panels, where it starts, and where the next panel's first cluster starts at the
+    latest (start: the previous panel's value)."""
+    local = tl.arange(0, PANEL)
+    members = panel * PANEL + local
+    inside = members < n
+    gaps = (tl.load(values + members, mask=inside, other=0.0)
+            - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
+    breaks = inside & ((members == 0) | (gaps > tolerance))
+    start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
+    cluster = tl.where(inside, tl.cumsum(breaks.to(tl.int32), axis=0), -1)
+    first_cluster = tl.sum(tl.where(local == 0, cluster, 0))
+    next_start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
+    return members, inside, cluster, first_cluster, panel * PANEL > start, start, next_start
+
+
+@triton.jit
+def _tolerance(values, norm, cluster_gap, group_gap, n):
+    """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least group_gap ||T||."""
+    return tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
+                      group_gap * norm)
+
+
+@triton.jit
+def _load_panel(x, members, inside, cols, valid, n, NORMALISE: tl.constexpr):
+    block = tl.load(x + members[:, None] * n + cols[None, :], mask=inside[:, None] & valid[None, :], other=0.0)
+    if NORMALISE:
+        block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
+    return block
+
+
+@triton.jit
+def _block_correction(block, x, first, end, cols, valid, n, PANEL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The classical Gram-Schmidt correction sum (block v) v over the PANEL vectors v from first
+    (those before end), row by row (a tl.dot would stage all of K in shared memory)."""
+    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+    for q in tl.static_range(PANEL):
+        earlier = first + q + 0 * cols  # a vector: the interpreter rejects a scalar mask
+        vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < end), other=0.0, cache_modifier=".cg")
+        correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+    return correction
+
+
+@triton.jit
+def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constexpr):
+    """Modified Gram-Schmidt of each cluster's members within the panel, normalising them; a vector
+    alone in its cluster (and not continuing one from earlier panels) is left as it is."""
+    local = tl.arange(0, PANEL)
+    for i in tl.static_range(PANEL):
+        own = tl.sum(tl.where(local == i, cluster, 0))
+        partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
+        if (partners > 0) | (continued & (own == first_cluster)):
+            row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
+            row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
+            later = tl.sum(block * row[None, :], axis=1)
+            after = (local > i) & (cluster == own)
+            block = tl.where(local[:, None] == i, row[None, :],
+                             tl.where(after[:, None], block - later[:, None] * row[None, :], block))
+    return block
+
+
+@triton.jit
 def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, n, BLOCK_N: tl.constexpr,
                            PANEL: tl.constexpr):
     """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
@@ -336,50 +401,80 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     normalised (on load): with short clusters, most steps are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    local = tl.arange(0, PANEL)
     valid = cols < n
     x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
-    tolerance = tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
-                           group_gap * tl.load(norm_ptr + matrix))
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
     start = 0  # the cluster of the panel's first vector starts here
     for panel in range(0, tl.cdiv(n, PANEL)):
-        members = panel * PANEL + local
-        inside = members < n
-        mask = inside[:, None] & valid[None, :]
-        gaps = (tl.load(values + members, mask=inside, other=0.0)
-                - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
-        breaks = inside & ((members == 0) | (gaps > tolerance))
-        start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
-        cluster = tl.where(inside, tl.cumsum(breaks.to(tl.int32), axis=0), -1)  # numbered within the panel
-        first_cluster = tl.sum(tl.where(local == 0, cluster, 0))
-        continued = panel * PANEL > start  # the first cluster has members in earlier panels
-        block = tl.load(x + members[:, None] * n + cols[None, :], mask=mask, other=0.0)
-        block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
+        members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+            values, panel, start, tolerance, n, PANEL)
+        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=True)
         for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
-                correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-                for q in tl.static_range(PANEL):  # row by row: a tl.dot would stage all of K in shared memory
-                    earlier = start + earlier_block * PANEL + q + 0 * cols  # a vector: the interpreter
-                    # rejects a scalar mask
-                    vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < panel * PANEL), other=0.0,
-                                     cache_modifier=".cg")
-                    correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+                correction = _block_correction(block, x, start + earlier_block * PANEL, panel * PANEL, cols, valid,
+                                               n, PANEL, BLOCK_N)
                 block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
-            for i in tl.static_range(PANEL):
-                own = tl.sum(tl.where(local == i, cluster, 0))
-                partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
-                if (partners > 0) | (continued & (own == first_cluster)):
-                    row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
-                    row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
-                    later = tl.sum(block * row[None, :], axis=1)
-                    after = (local > i) & (cluster == own)
-                    block = tl.where(local[:, None] == i, row[None, :],
-                                     tl.where(after[:, None], block - later[:, None] * row[None, :], block))
-        tl.store(x + members[:, None] * n + cols[None, :], block, mask=mask)
-        start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
+            block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+        tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+        start = next_start
         tl.debug_barrier()
+
+
+@triton.jit
+def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
+                                   panel, BLOCK_N: tl.constexpr, PANEL: tl.constexpr, FIRST_PASS: tl.constexpr):
+    """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
+    one program each: program (b, s) of (batch, programs) sums the panel block's correction
+    against every programs-th earlier block of its first cluster, from the s-th, into
+    partial [batch, programs, PANEL, n]. start_ptr [batch]: where the previous panel's first cluster
+    starts, or a later break."""
+    matrix = tl.program_id(0).to(tl.int64)
+    share, programs = tl.program_id(1), tl.num_programs(1)
+    cols = tl.arange(0, BLOCK_N)
+    valid = cols < n
+    local = tl.arange(0, PANEL)
+    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+    if continued:
+        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+        for step in range(0, tl.cdiv(tl.cdiv(panel * PANEL - start, PANEL) - share, programs)):  # from zero, as above
+            correction += _block_correction(block, x, start + (share + step * programs) * PANEL, panel * PANEL, cols,
+                                            valid, n, PANEL, BLOCK_N)
+    tl.store(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n + cols[None, :], correction,
+             mask=valid[None, :])
+
+
+@triton.jit
+def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
+                                  panel, programs, BLOCK_N: tl.constexpr, PANEL: tl.constexpr,
+                                  FIRST_PASS: tl.constexpr):
+    """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
+    from the panel's first-cluster members, orthonormalises each cluster within the panel and
+    stores the panel; after the second pass it moves start_ptr on for the next panel."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    valid = cols < n
+    local = tl.arange(0, PANEL)
+    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+    if continued:
+        correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+        for share in range(0, programs):
+            correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
+                                  + cols[None, :], mask=valid[None, :], other=0.0)
+        block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
+    block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+    tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+    if not FIRST_PASS:
+        tl.store(start_ptr + matrix, next_start)
 
 
 @triton.jit
@@ -535,13 +630,29 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
     return z, residual
 
 
-def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float):
+def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
+                    split: bool | None = None):
     """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm): z, changed in place."""
+    or GROUP_GAP eps norm): z, changed in place. split: each panel's projections shared among many programs per
+    matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
-    _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
-                                     num_warps=min(16, max(4, block_n // 64)))
+    warps = min(16, max(4, block_n // 64))
+    if not (split_gram_schmidt(batch, n) if split is None else split):
+        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n,
+                                         PANEL=PANEL, num_warps=warps)
+        return z
+    panels = triton.cdiv(n, PANEL)
+    programs = max(1, min(panels, triton.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
+    start = torch.zeros(batch, device=z.device, dtype=torch.int32)
+    partial = _empty(batch, programs, PANEL, n, device=z.device)
+    args = (z, values, norm, start, partial, cluster_gap, GROUP_GAP * EPS, n)
+    for panel in range(panels):
+        for first_pass in (True, False):
+            _orthonormalize_project_kernel[(batch, programs)](*args, panel, BLOCK_N=block_n, PANEL=PANEL,
+                                                              FIRST_PASS=first_pass, num_warps=warps)
+            _orthonormalize_finish_kernel[(batch,)](*args, panel, programs, BLOCK_N=block_n, PANEL=PANEL,
+                                                    FIRST_PASS=first_pass, num_warps=warps)
     return z
 
 
