@@ -13,9 +13,10 @@ first; both members of a pair use the same averaged A[p, q]. Sweeps stop once ev
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
 n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
-T = H^T (A / max|A|) H (`_symmetrize_kernel`, then `_tridiagonalize_kernel`'s reflect and update
-parts, the trailing matrix in global memory: every step in one launch of one program per matrix,
-or, by ports.eigh.one_launch, two launches per step, the update with several programs per matrix),
+T = H^T (A / max|A|) H (`_symmetrize_kernel`, then, the trailing matrix in global memory, either
+`_tridiagonalize_blocked_kernel`, one launch of one program per matrix in panels, or, by
+ports.eigh.one_launch, `_tridiagonalize_kernel`'s reflect and update parts as two launches per
+step, the update with several programs per matrix),
 bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
 (group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
 Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
@@ -40,8 +41,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
-                        split_gram_schmidt, validate)
+                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
+                        one_launch, split_gram_schmidt, validate)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -157,6 +158,19 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
     partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
 
 
+def _householder(row, k, cols):
+    """As the Triton port's `_householder`: (v, tau, d_k, e_k) of row k."""
+    alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
+    sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
+    norm = jnp.sqrt(alpha * alpha + sigma)
+    beta = jnp.where(alpha >= 0, -norm, norm)
+    trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
+    inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
+    v = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
+    tau = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
+    return v, tau, jnp.sum(jnp.where(cols == k, row, 0.0)), jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
+
+
 def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_tile, reflect, update, interpret):
     """As the Triton port's `_tridiagonalize_kernel`: steps [steps[0], steps[1]) of the Householder
     tridiagonalisation T = H^T (A / max|A|) H, one column each, the trailing matrix in w (global
@@ -196,16 +210,7 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
             work_ref[previous + 1, :] = u
             row = _load(w_ref.at[k, pl.ds(0, block_n)], in_cols) * factor
             row -= jnp.sum(jnp.where(cols == k, v, 0.0)) * u + jnp.sum(jnp.where(cols == k, u, 0.0)) * v
-            alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
-            sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
-            norm = jnp.sqrt(alpha * alpha + sigma)
-            beta = jnp.where(alpha >= 0, -norm, norm)
-            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-            inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
-            work_ref[current, :] = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
-            d_ref[k] = jnp.sum(jnp.where(cols == k, row, 0.0))
-            e_ref[k] = jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
-            tau_ref[k] = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
+            work_ref[current, :], tau_ref[k], d_ref[k], e_ref[k] = _householder(row, k, cols)
             pltriton.store(w_ref.at[k - 1, pl.ds(0, block_n)], v, mask=(k > 0) & in_cols & (cols >= k))
             _barrier(interpret)
         if update:
@@ -234,6 +239,88 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
                                    jnp.sum(tile * reflector[None, :], axis=1), mask=inside)
 
             _barrier(interpret)
+
+
+def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
+                                   rows_per_tile, nb, interpret):
+    """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
+    of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
+    reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
+    (w_j . v_j) v_j, A as at the panel's start (one read of the trailing matrix a column); the
+    panel's end applies A -= V W^T + W V^T below it (one read and write a panel). panel's rows
+    0 .. nb - 1 hold V, nb .. 2 nb - 1 W, and row 2 nb p = A v_j. w (the input, aliased) is read and
+    written through the output ref."""
+    cols = jnp.arange(block_n)
+    local = jnp.arange(rows_per_tile)
+    in_cols = cols < n
+    partials = pl.cdiv(n, rows_per_tile)
+    partial_index = jnp.arange(pl.next_power_of_2(partials))
+    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], partial_index < partials))
+    scale = jnp.where(biggest > 0, biggest, 1.0)
+    scale_ref[...] = scale
+
+    def panel_row(row, mask=in_cols):
+        return _load(panel_ref.at[row, pl.ds(0, block_n)], mask)
+
+    @pl.loop(0, pl.cdiv(n, nb))
+    def _(panel):
+        factor = jnp.where(panel == 0, 1.0 / scale, 1.0)
+        first = panel * nb
+        width = jnp.minimum(nb, n - first)
+
+        @pl.loop(0, width)
+        def _(i):
+            j = first + i
+
+            def bring_up_to_date(q, row):
+                v_q, w_q = panel_row(q), panel_row(nb + q)
+                return row - (jnp.sum(jnp.where(cols == j, v_q, 0.0)) * w_q
+                              + jnp.sum(jnp.where(cols == j, w_q, 0.0)) * v_q)
+
+            row = jax.lax.fori_loop(0, i, bring_up_to_date, _load(w_ref.at[j, pl.ds(0, block_n)], in_cols) * factor)
+            v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
+            tau_ref[j] = tau
+            panel_ref[i, :] = v
+            below = in_cols & (cols > j)
+
+            @pl.loop(0, pl.cdiv(n - j - 1, rows_per_tile))  # p = A v for the rows below j
+            def _(t):
+                r0 = j + 1 + t * rows_per_tile
+                inside = (r0 + local) < n
+                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
+                             inside[:, None] & below[None, :]) * factor
+                pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)], jnp.sum(tile * v[None, :], axis=1),
+                               mask=inside)
+
+            _barrier(interpret)
+
+            def correct(q, p):
+                v_q, w_q = panel_row(q), panel_row(nb + q)
+                return p - (jnp.sum(w_q * v) * v_q + jnp.sum(v_q * v) * w_q)
+
+            p = jnp.where(below, tau * jax.lax.fori_loop(0, i, correct, panel_row(jnp.int32(2 * nb), below)), 0.0)
+            panel_ref[nb + i, :] = p - (0.5 * tau * jnp.sum(p * v)) * v
+            pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
+            _barrier(interpret)
+
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        below = in_cols & (cols >= last)
+
+        @pl.loop(0, pl.cdiv(n - last, rows_per_tile))
+        def _(t):
+            r0 = last + t * rows_per_tile
+            inside = (r0 + local) < n
+            mask = inside[:, None] & below[None, :]
+            tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
+
+            def apply(q, tile):
+                v_rows = _load(panel_ref.at[q, pl.ds(r0, rows_per_tile)], inside)
+                w_rows = _load(panel_ref.at[nb + q, pl.ds(r0, rows_per_tile)], inside)
+                return tile - (v_rows[:, None] * panel_row(nb + q)[None, :] + w_rows[:, None] * panel_row(q)[None, :])
+
+            pltriton.store(tile_rows, jax.lax.fori_loop(0, width, apply, _load(tile_rows, mask) * factor), mask=mask)
+
+        _barrier(interpret)
 
 
 def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
@@ -607,8 +694,8 @@ def _per_matrix(*shape):
 
 def _reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
-    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise two
-    launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
+    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
+    ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
     program at step 0 (a pallas_call's grid is static, so later steps leave programs idle)."""
     batch, n, _ = a.shape
     block_n = pl.next_power_of_2(n)
@@ -636,7 +723,15 @@ def _reduce(a, single=None, *, interpret):
         )(jnp.array([first_step, last_step], jnp.int32), partial, *buffers)
 
     if one_launch(batch, n) if single is None else single:
-        return tridiagonalize(0, n, (w,), reflect=True, update=True)[:5]
+        return pl.pallas_call(
+            functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, rows_per_tile=rows,
+                              nb=TRIDIAGONAL_PANEL, interpret=interpret),
+            out_shape=tuple(_f32((batch, *shape)) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
+            grid=(batch,), in_specs=[_per_matrix(blocks), _per_matrix(n, n)],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
+            input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
+            name="eigh_tridiagonalize_blocked",
+        )(partial, w)[:5]
     programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
 
     def step(k, buffers):

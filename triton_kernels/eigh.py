@@ -18,11 +18,12 @@ the launcher sorts the eigenvalues (glue).
 
 n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
-1. `_symmetrize_kernel` and `_tridiagonalize_kernel`: Householder reflectors T = H^T (A / max|A|) H,
-   the trailing matrix in global memory, read and written once per column. A large batch (or a
-   small n) runs every step in one launch, one program per matrix; otherwise each step is two
-   launches, the second sharing the trailing matrix's rows among many programs
-   (`ports.eigh.one_launch`).
+1. `_symmetrize_kernel`, then Householder reflectors T = H^T (A / max|A|) H, the trailing matrix
+   in global memory. A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one
+   launch, one program per matrix, in panels (read once per column, written once per panel);
+   otherwise `_tridiagonalize_kernel` runs each step as two launches, the second sharing the
+   trailing matrix's rows among many programs (read and written once per column;
+   `ports.eigh.one_launch`).
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
@@ -44,8 +45,8 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
-                        split_gram_schmidt, validate)
+                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
+                        one_launch, split_gram_schmidt, validate)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -120,6 +121,21 @@ def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS
 
 
 @triton.jit
+def _householder(row, k, cols):
+    """The reflector of row k (up to date): (v with v[k + 1] = 1 and zeros up to k, tau, T's d_k and
+    e_k). Nothing to annihilate (and the last two steps): tau = 0, e_k the entry itself."""
+    alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
+    sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
+    norm = tl.sqrt_rn(alpha * alpha + sigma)
+    beta = tl.where(alpha >= 0, -norm, norm)
+    trivial = sigma == 0.0
+    inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
+    v = tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0))
+    tau = tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta))
+    return v, tau, tl.sum(tl.where(cols == k, row, 0.0)), tl.where(trivial, alpha, beta)  # e[n - 1] = 0
+
+
+@triton.jit
 def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, work_ptr, n, first_step, last_step,
                            partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                            REFLECT: tl.constexpr, UPDATE: tl.constexpr):
@@ -132,9 +148,9 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
     full rows at a time, applying the update and accumulating p = A v_k: each step reads and
     writes the trailing matrix once. The programs (b, j) of matrix b share its row tiles j, j + P,
     ... (P programs). work holds v, u and p twice, one set per parity of the step, so a step reads
-    the previous step's while writing its own. The launcher runs every step in one
-    launch with both parts, one program per matrix (barriers between the parts), or each part
-    in its own launch, UPDATE with many programs per matrix. The first step scales by max|A|
+    the previous step's while writing its own. The launcher runs each part in its own launch,
+    UPDATE with many programs per matrix, for batches too small to fill the GPU with one program
+    a matrix; otherwise `_tridiagonalize_blocked_kernel`. The first step scales by max|A|
     (from partial[b, :partials]): no overflow or underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
     program, programs = tl.program_id(1), tl.num_programs(1)
@@ -157,16 +173,11 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
             tl.store(previous + BLOCK_N + cols, update)
             row = tl.load(w + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
             row -= tl.sum(tl.where(cols == k, v, 0.0)) * update + tl.sum(tl.where(cols == k, update, 0.0)) * v
-            alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
-            sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
-            norm = tl.sqrt_rn(alpha * alpha + sigma)
-            beta = tl.where(alpha >= 0, -norm, norm)
-            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-            inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
-            tl.store(current + cols, tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0)))
-            tl.store(d_ptr + matrix * n + k, tl.sum(tl.where(cols == k, row, 0.0)))
-            tl.store(e_ptr + matrix * n + k, tl.where(trivial, alpha, beta))  # e[n - 1] = 0
-            tl.store(tau_ptr + matrix * n + k, tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta)))
+            reflector, tau, diagonal, off = _householder(row, k, cols)
+            tl.store(current + cols, reflector)
+            tl.store(d_ptr + matrix * n + k, diagonal)
+            tl.store(e_ptr + matrix * n + k, off)
+            tl.store(tau_ptr + matrix * n + k, tau)
             tl.store(w + (k - 1) * n + cols, v, mask=(k > 0) & in_cols & (cols >= k))
             tl.debug_barrier()
         if UPDATE:
@@ -188,6 +199,81 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
                 tl.store(ptrs, tile, mask=mask)
                 tl.store(current + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
             tl.debug_barrier()
+
+
+@triton.jit
+def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
+                                   BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
+                                   NB: tl.constexpr):
+    """The same reduction, blocked as LAPACK's dsytrd/dlatrd: program b takes the columns in panels
+    of NB. Column j of a panel is first brought up to date with the panel's earlier reflectors
+    (row j -= sum_q v_q[j] w_q + w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j
+    - V W^T v_j - W V^T v_j) minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's
+    start: each column reads the trailing matrix once (p = A v_j, ROWS rows at a time) and
+    writes nothing; the panel's end applies A -= V W^T + W V^T to the trailing matrix below it,
+    one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds
+    the panel's V and W rows and p. The first panel scales by 1 / max|A| as it reads."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, ROWS)
+    in_cols = cols < n
+    w = w_ptr + matrix * n * n
+    vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
+    p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
+    biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
+                             mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
+    scale = tl.where(biggest > 0, biggest, 1.0)
+    tl.store(scale_ptr + matrix, scale)
+    for panel in range(0, tl.cdiv(n, NB)):
+        factor = tl.where(panel == 0, 1.0 / scale, 1.0)
+        first = panel * NB
+        width = tl.minimum(NB, n - first)
+        for i in range(0, width):
+            j = first + i
+            row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
+            for q in range(0, i):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                row -= tl.sum(tl.where(cols == j, v_q, 0.0)) * w_q + tl.sum(tl.where(cols == j, w_q, 0.0)) * v_q
+            v, tau, diagonal, off = _householder(row, j, cols)
+            tl.store(d_ptr + matrix * n + j, diagonal)
+            tl.store(e_ptr + matrix * n + j, off)
+            tl.store(tau_ptr + matrix * n + j, tau)
+            tl.store(vs + i * BLOCK_N + cols, v)
+            below = in_cols & (cols > j)
+            # zero-based: see _orthonormalize_kernel
+            for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j
+                rows = j + 1 + t * ROWS + local
+                inside = rows < n
+                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :],
+                               other=0.0, cache_modifier=".cg") * factor
+                tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
+            tl.debug_barrier()
+            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+            for q in range(0, i):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                p -= tl.sum(w_q * v) * v_q + tl.sum(v_q * v) * w_q
+            p = tl.where(below, tau * p, 0.0)
+            tl.store(ws + i * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
+            tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
+            tl.debug_barrier()
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        below = in_cols & (cols >= last)
+        for t in range(0, tl.cdiv(n - last, ROWS)):
+            rows = last + t * ROWS + local
+            inside = rows < n
+            ptrs = w + rows[:, None] * n + cols[None, :]
+            mask = inside[:, None] & below[None, :]
+            tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+            for q in range(0, width):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                v_rows = tl.load(vs + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+                w_rows = tl.load(ws + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+                tile -= v_rows[:, None] * w_q[None, :] + w_rows[:, None] * v_q[None, :]
+            tl.store(ptrs, tile, mask=mask)
+        tl.debug_barrier()
 
 
 @triton.jit
@@ -573,8 +659,9 @@ def _empty(*shape, device):
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
-    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise
-    two launches per step, the trailing update with PROGRAM_ROWS rows per program."""
+    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
+    ports.eigh.one_launch); otherwise two launches per step, the trailing update with PROGRAM_ROWS rows per
+    program."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -587,7 +674,10 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     args = (w, d, e, tau, scale, partial, work, n)
     meta = dict(partials=blocks, BLOCK_N=block_n, ROWS=rows, PARTIALS=triton.next_power_of_2(blocks), num_warps=8)
     if one_launch(batch, n) if single is None else single:
-        _tridiagonalize_kernel[(batch, 1)](*args, 0, n, REFLECT=True, UPDATE=True, **meta)
+        panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
+        _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
+                                                 ROWS=rows, PARTIALS=triton.next_power_of_2(blocks),
+                                                 NB=TRIDIAGONAL_PANEL, num_warps=8)
     else:
         tiles_per_program = max(1, PROGRAM_ROWS // rows)
         for k in range(n):
