@@ -13,9 +13,10 @@ first; both members of a pair use the same averaged A[p, q]. Sweeps stop once ev
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
 n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
-T = H^T (A / max|A|) H (`_symmetrize_kernel`, then `_tridiagonalize_kernel`'s reflect and update
-parts, the trailing matrix in global memory: every step in one launch of one program per matrix,
-or, by ports.eigh.one_launch, two launches per step, the update with several programs per matrix),
+T = H^T (A / max|A|) H (`_symmetrize_kernel`, then, the trailing matrix in global memory, either
+`_tridiagonalize_blocked_kernel`, one launch of one program per matrix in panels, or, by
+ports.eigh.one_launch, `_tridiagonalize_kernel`'s reflect and update parts as two launches per
+step, the update with several programs per matrix),
 bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
 (group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
 Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
@@ -40,8 +41,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate,
-                        vector_panel_warps)
+                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
+                        one_launch, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -157,6 +158,19 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
     partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
 
 
+def _householder(row, k, cols):
+    """As the Triton port's `_householder`: (v, tau, d_k, e_k) of row k."""
+    alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
+    sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
+    norm = jnp.sqrt(alpha * alpha + sigma)
+    beta = jnp.where(alpha >= 0, -norm, norm)
+    trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
+    inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
+    v = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
+    tau = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
+    return v, tau, jnp.sum(jnp.where(cols == k, row, 0.0)), jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
+
+
 def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_tile, reflect, update, interpret):
     """As the Triton port's `_tridiagonalize_kernel`: steps [steps[0], steps[1]) of the Householder
     tridiagonalisation T = H^T (A / max|A|) H, one column each, the trailing matrix in w (global
@@ -196,16 +210,7 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
             work_ref[previous + 1, :] = u
             row = _load(w_ref.at[k, pl.ds(0, block_n)], in_cols) * factor
             row -= jnp.sum(jnp.where(cols == k, v, 0.0)) * u + jnp.sum(jnp.where(cols == k, u, 0.0)) * v
-            alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
-            sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
-            norm = jnp.sqrt(alpha * alpha + sigma)
-            beta = jnp.where(alpha >= 0, -norm, norm)
-            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-            inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
-            work_ref[current, :] = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
-            d_ref[k] = jnp.sum(jnp.where(cols == k, row, 0.0))
-            e_ref[k] = jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
-            tau_ref[k] = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
+            work_ref[current, :], tau_ref[k], d_ref[k], e_ref[k] = _householder(row, k, cols)
             pltriton.store(w_ref.at[k - 1, pl.ds(0, block_n)], v, mask=(k > 0) & in_cols & (cols >= k))
             _barrier(interpret)
         if update:
@@ -234,6 +239,88 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
                                    jnp.sum(tile * reflector[None, :], axis=1), mask=inside)
 
             _barrier(interpret)
+
+
+def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
+                                   rows_per_tile, nb, interpret):
+    """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
+    of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
+    reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
+    (w_j . v_j) v_j, A as at the panel's start (one read of the trailing matrix a column); the
+    panel's end applies A -= V W^T + W V^T below it (one read and write a panel). panel's rows
+    0 .. nb - 1 hold V, nb .. 2 nb - 1 W, and row 2 nb p = A v_j. w (the input, aliased) is read and
+    written through the output ref."""
+    cols = jnp.arange(block_n)
+    local = jnp.arange(rows_per_tile)
+    in_cols = cols < n
+    partials = pl.cdiv(n, rows_per_tile)
+    partial_index = jnp.arange(pl.next_power_of_2(partials))
+    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], partial_index < partials))
+    scale = jnp.where(biggest > 0, biggest, 1.0)
+    scale_ref[...] = scale
+
+    def panel_row(row, mask=in_cols):
+        return _load(panel_ref.at[row, pl.ds(0, block_n)], mask)
+
+    @pl.loop(0, pl.cdiv(n, nb))
+    def _(panel):
+        factor = jnp.where(panel == 0, 1.0 / scale, 1.0)
+        first = panel * nb
+        width = jnp.minimum(nb, n - first)
+
+        @pl.loop(0, width)
+        def _(i):
+            j = first + i
+
+            def bring_up_to_date(q, row):
+                v_q, w_q = panel_row(q), panel_row(nb + q)
+                return row - (jnp.sum(jnp.where(cols == j, v_q, 0.0)) * w_q
+                              + jnp.sum(jnp.where(cols == j, w_q, 0.0)) * v_q)
+
+            row = jax.lax.fori_loop(0, i, bring_up_to_date, _load(w_ref.at[j, pl.ds(0, block_n)], in_cols) * factor)
+            v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
+            tau_ref[j] = tau
+            panel_ref[i, :] = v
+            below = in_cols & (cols > j)
+
+            @pl.loop(0, pl.cdiv(n - j - 1, rows_per_tile))  # p = A v for the rows below j
+            def _(t):
+                r0 = j + 1 + t * rows_per_tile
+                inside = (r0 + local) < n
+                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
+                             inside[:, None] & below[None, :]) * factor
+                pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)], jnp.sum(tile * v[None, :], axis=1),
+                               mask=inside)
+
+            _barrier(interpret)
+
+            def correct(q, p):
+                v_q, w_q = panel_row(q), panel_row(nb + q)
+                return p - (jnp.sum(w_q * v) * v_q + jnp.sum(v_q * v) * w_q)
+
+            p = jnp.where(below, tau * jax.lax.fori_loop(0, i, correct, panel_row(jnp.int32(2 * nb), below)), 0.0)
+            panel_ref[nb + i, :] = p - (0.5 * tau * jnp.sum(p * v)) * v
+            pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
+            _barrier(interpret)
+
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        below = in_cols & (cols >= last)
+
+        @pl.loop(0, pl.cdiv(n - last, rows_per_tile))
+        def _(t):
+            r0 = last + t * rows_per_tile
+            inside = (r0 + local) < n
+            mask = inside[:, None] & below[None, :]
+            tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
+
+            def apply(q, tile):
+                v_rows = _load(panel_ref.at[q, pl.ds(r0, rows_per_tile)], inside)
+                w_rows = _load(panel_ref.at[nb + q, pl.ds(r0, rows_per_tile)], inside)
+                return tile - (v_rows[:, None] * panel_row(nb + q)[None, :] + w_rows[:, None] * panel_row(q)[None, :])
+
+            pltriton.store(tile_rows, jax.lax.fori_loop(0, width, apply, _load(tile_rows, mask) * factor), mask=mask)
+
+        _barrier(interpret)
 
 
 def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
@@ -364,6 +451,76 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     jax.lax.fori_loop(1, n, substitute, (value, zero))
 
 
+def _tolerance(values_ref, norm, cluster_gap, n):
+    """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least GROUP_GAP eps ||T||."""
+    return jnp.maximum(cluster_gap * jnp.maximum(jnp.abs(values_ref[0]), jnp.abs(values_ref[n - 1])),
+                       GROUP_GAP * EPS * norm)  # values ascend
+
+
+def _panel_clusters(values_ref, panel, start, tolerance, *, n):
+    """As the Triton port's `_panel_clusters`: (members, inside, cluster numbers within the panel,
+    the first member's cluster, whether it continues from earlier panels, where it starts, where
+    the next panel's first cluster starts at the latest)."""
+    local = jnp.arange(PANEL)
+    members = panel * PANEL + local
+    inside = members < n
+    gaps = _load(values_ref.at[members], inside) - _load(values_ref.at[members - 1], inside & (members > 0))
+    breaks = inside & ((members == 0) | (gaps > tolerance))
+    start = jnp.maximum(start, jnp.max(jnp.where(breaks & (local == 0), members, 0)))
+    # clusters numbered within the panel: the breaks up to each member (a PANEL x PANEL sum; the
+    # Triton port uses tl.cumsum)
+    cluster = jnp.sum(jnp.where(local[None, :] <= local[:, None], breaks[None, :], False).astype(jnp.int32), axis=1)
+    cluster = jnp.where(inside, cluster, -1)
+    first_cluster = jnp.sum(jnp.where(local == 0, cluster, 0))
+    next_start = jnp.maximum(start, jnp.max(jnp.where(breaks, members, 0)))
+    return members, inside, cluster, first_cluster, panel * PANEL > start, start, next_start
+
+
+def _panel_rows(x_ref, panel, block_n):
+    return x_ref.at[pl.ds(panel * PANEL, PANEL), pl.ds(0, block_n)]
+
+
+def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
+    block = _load(_panel_rows(x_ref, panel, block_n), inside[:, None] & (jnp.arange(block_n) < n)[None, :])
+    if normalise:
+        block /= jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None]
+    return block
+
+
+def _block_correction(block, x_ref, first, end, *, n, block_n):
+    """As the Triton port's `_block_correction`: sum (block v) v over the PANEL vectors v from first
+    (those before end), row by row (no dot)."""
+    valid = jnp.arange(block_n) < n
+    correction = jnp.zeros((PANEL, block_n), jnp.float32)
+    for q in range(PANEL):
+        vector = _load(x_ref.at[first + q, pl.ds(0, block_n)], valid & (first + q < end))
+        correction += jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+    return correction
+
+
+def _within_clusters(block, cluster, first_cluster, continued):
+    """As the Triton port's `_within_clusters`: modified Gram-Schmidt of each cluster's members
+    within the panel, normalising; a vector alone in its cluster is left as it is."""
+    local = jnp.arange(PANEL)
+
+    def within_cluster(i, own):
+        def project(block):
+            row = jnp.sum(jnp.where(local[:, None] == i, block, 0.0), axis=0)
+            row /= jnp.maximum(jnp.sqrt(jnp.sum(row * row)), 1e-30)
+            later = jnp.sum(block * row[None, :], axis=1)
+            after = (local > i) & (cluster == own)
+            return jnp.where(local[:, None] == i, row[None, :],
+                             jnp.where(after[:, None], block - later[:, None] * row[None, :], block))
+        return project
+
+    for i in range(PANEL):
+        own = jnp.sum(jnp.where(local == i, cluster, 0))
+        partners = jnp.sum(((cluster == own) & (local != i)).astype(jnp.int32))
+        block = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
+                             within_cluster(i, own), lambda block: block, block)
+    return block
+
+
 def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, interpret):
     """As the Triton port's `_orthonormalize_kernel`: program b makes its vectors orthonormal within
     clusters (eigenvalues each within cluster_gap ||T||_2 = cluster_gap max |eigenvalue| of the
@@ -372,62 +529,75 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     earlier members, row by row, then each cluster's members within the panel, modified
     Gram-Schmidt; a vector alone in its cluster is only normalised. x (the input, aliased) is read
     and written through the output ref."""
-    cols = jnp.arange(block_n)
-    local = jnp.arange(PANEL)
-    valid = cols < n
-    tolerance = jnp.maximum(cluster_gap * jnp.maximum(jnp.abs(values_ref[0]), jnp.abs(values_ref[n - 1])),
-                            GROUP_GAP * EPS * norm_ref[...])  # values ascend
+    tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
+    valid = jnp.arange(block_n) < n
 
     def panel_step(panel, start):  # the cluster of the panel's first vector starts at `start`
-        members = panel * PANEL + local
-        inside = members < n
-        mask = inside[:, None] & valid[None, :]
-        gaps = _load(values_ref.at[members], inside) - _load(values_ref.at[members - 1], inside & (members > 0))
-        breaks = inside & ((members == 0) | (gaps > tolerance))
-        start = jnp.maximum(start, jnp.max(jnp.where(breaks & (local == 0), members, 0)))
-        # clusters numbered within the panel: the breaks up to each member (a PANEL x PANEL sum; the
-        # Triton port uses tl.cumsum)
-        cluster = jnp.sum(jnp.where(local[None, :] <= local[:, None], breaks[None, :], False).astype(jnp.int32), axis=1)
-        cluster = jnp.where(inside, cluster, -1)
-        first_cluster = jnp.sum(jnp.where(local == 0, cluster, 0))
-        continued = panel * PANEL > start  # the first cluster has members in earlier panels
-        panel_rows = x_ref.at[pl.ds(panel * PANEL, PANEL), pl.ds(0, block_n)]
-        block = _load(panel_rows, mask)
-        block /= jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None]
+        members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+            values_ref, panel, start, tolerance, n=n)
+        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=True)
 
         def against_earlier(earlier_block, block):
-            correction = jnp.zeros((PANEL, block_n), jnp.float32)
-            for q in range(PANEL):  # row by row, as the Triton port (no dot)
-                earlier = start + earlier_block * PANEL + q
-                vector = _load(x_ref.at[earlier, pl.ds(0, block_n)], valid & (earlier < panel * PANEL))
-                correction += jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+            correction = _block_correction(block, x_ref, start + earlier_block * PANEL, panel * PANEL, n=n,
+                                           block_n=block_n)
             return block - jnp.where((cluster == first_cluster)[:, None], correction, 0.0)
-
-        def within_cluster(i, own):
-            def project(block):
-                row = jnp.sum(jnp.where(local[:, None] == i, block, 0.0), axis=0)
-                row /= jnp.maximum(jnp.sqrt(jnp.sum(row * row)), 1e-30)
-                later = jnp.sum(block * row[None, :], axis=1)
-                after = (local > i) & (cluster == own)
-                return jnp.where(local[:, None] == i, row[None, :],
-                                 jnp.where(after[:, None], block - later[:, None] * row[None, :], block))
-            return project
 
         for _ in range(2):  # both steps twice: the second removes what cancellation in the first amplified
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
-            for i in range(PANEL):
-                own = jnp.sum(jnp.where(local == i, cluster, 0))
-                partners = jnp.sum(((cluster == own) & (local != i)).astype(jnp.int32))
-                block = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
-                                     within_cluster(i, own), lambda block: block, block)
-        pltriton.store(panel_rows, block, mask=mask)
-        start = jnp.maximum(start, jnp.max(jnp.where(breaks, members, 0)))
+            block = _within_clusters(block, cluster, first_cluster, continued)
+        pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         _barrier(interpret)
-        return start
+        return next_start
 
     jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
+
+
+def _orthonormalize_project_kernel(panel_ref, values_ref, norm_ref, start_ref, x_ref, partial_ref, *, n, block_n,
+                                   cluster_gap, first_pass):
+    """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) sums the panel block's
+    correction against every programs-th earlier block of its first cluster, from the s-th, into
+    partial_ref[s]."""
+    panel, share, programs = panel_ref[0], pl.program_id(1), pl.num_programs(1)
+    tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values_ref, panel, start_ref[...], tolerance, n=n)
+
+    def earlier_blocks():
+        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass)
+
+        def accumulate(step, correction):
+            return correction + _block_correction(block, x_ref, start + (share + step * programs) * PANEL,
+                                                  panel * PANEL, n=n, block_n=block_n)
+
+        count = pl.cdiv(pl.cdiv(panel * PANEL - start, PANEL) - share, programs)  # from zero, as above
+        return jax.lax.fori_loop(0, count, accumulate, jnp.zeros((PANEL, block_n), jnp.float32))
+
+    correction = jax.lax.cond(continued, earlier_blocks, lambda: jnp.zeros((PANEL, block_n), jnp.float32))
+    pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], correction,
+                   mask=(jnp.arange(block_n) < n)[None, :])
+
+
+def _orthonormalize_finish_kernel(panel_ref, values_ref, norm_ref, partial_ref, _start, _x, start_ref, x_ref, *, n,
+                                  block_n, cluster_gap, programs, first_pass):
+    """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
+    corrections from the panel's first-cluster members, orthonormalises each cluster within the
+    panel, stores it, and after the second pass moves start on (start and x aliased)."""
+    panel = panel_ref[0]
+    valid = jnp.arange(block_n) < n
+    tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values_ref, panel, start_ref[...], tolerance, n=n)
+    block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass)
+    correction = jnp.zeros((PANEL, block_n), jnp.float32)
+    for share in range(programs):
+        correction += _load(partial_ref.at[jnp.int32(share), pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
+    block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
+    block = _within_clusters(block, cluster, first_cluster, continued)
+    pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
+    if not first_pass:
+        start_ref[...] = next_start
 
 
 def _row_residuals(x_ref, d_ref, e_ref, values_ref, rows, inside, *, n, block_n):
@@ -524,8 +694,8 @@ def _per_matrix(*shape):
 
 def _reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
-    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise two
-    launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
+    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
+    ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
     program at step 0 (a pallas_call's grid is static, so later steps leave programs idle)."""
     batch, n, _ = a.shape
     block_n = pl.next_power_of_2(n)
@@ -553,7 +723,15 @@ def _reduce(a, single=None, *, interpret):
         )(jnp.array([first_step, last_step], jnp.int32), partial, *buffers)
 
     if one_launch(batch, n) if single is None else single:
-        return tridiagonalize(0, n, (w,), reflect=True, update=True)[:5]
+        return pl.pallas_call(
+            functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, rows_per_tile=rows,
+                              nb=TRIDIAGONAL_PANEL, interpret=interpret),
+            out_shape=tuple(_f32((batch, *shape)) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
+            grid=(batch,), in_specs=[_per_matrix(blocks), _per_matrix(n, n)],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
+            input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
+            name="eigh_tridiagonalize_blocked",
+        )(partial, w)[:5]
     programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
 
     def step(k, buffers):
@@ -611,18 +789,54 @@ def _repair(z, d, e, values, norm, *, interpret):
     )(d, e, values, norm, z)
 
 
-def _orthonormalize(z, values, norm, cluster_gap, *, interpret):
+def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm)."""
+    or GROUP_GAP eps norm). split: each panel's projections shared among many programs per matrix, two
+    pallas_calls twice a panel in a jax.lax.fori_loop (default: ports.eigh.split_gram_schmidt); otherwise one
+    program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
-    return pl.pallas_call(
-        functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap, interpret=interpret),
-        out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[_per_matrix(n), _per_matrix(), _per_matrix(n, n)],
-        out_specs=_per_matrix(n, n), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
-        name="eigh_orthonormalize",
-    )(values, norm, z)
+    params = pltriton.CompilerParams(num_warps=vector_panel_warps(block_n))
+    vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)
+    if not (split_gram_schmidt(batch, n) if split is None else split):
+        return pl.pallas_call(
+            functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
+                              interpret=interpret),
+            out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
+            input_output_aliases={2: 0}, compiler_params=params, interpret=interpret, name="eigh_orthonormalize",
+        )(values, norm, z)
+    panels = pl.cdiv(n, PANEL)
+    programs = max(1, min(panels, pl.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
+    partials = _per_matrix(programs, PANEL, n)
+    index = pl.BlockSpec((1,), lambda *_: (0,))
+
+    def project(panel, start, z, first_pass):
+        return pl.pallas_call(
+            functools.partial(_orthonormalize_project_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
+                              first_pass=first_pass),
+            out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
+            in_specs=[index, vector, scalar, scalar, matrix], out_specs=partials, compiler_params=params,
+            interpret=interpret, name="eigh_orthonormalize_project",
+        )(panel, values, norm, start, z)
+
+    def finish(panel, partial, start, z, first_pass):
+        return pl.pallas_call(
+            functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
+                              programs=programs, first_pass=first_pass),
+            out_shape=(jax.ShapeDtypeStruct((batch,), jnp.int32), _f32((batch, n, n))), grid=(batch,),
+            in_specs=[index, vector, scalar, partials, scalar, matrix], out_specs=(scalar, matrix),
+            input_output_aliases={4: 0, 5: 1}, compiler_params=params, interpret=interpret,
+            name="eigh_orthonormalize_finish",
+        )(panel, values, norm, partial, start, z)
+
+    def panel_step(panel, carry):
+        start, z = carry
+        panel = jnp.reshape(panel, (1,)).astype(jnp.int32)
+        for first_pass in (True, False):
+            start, z = finish(panel, project(panel, start, z, first_pass), start, z, first_pass)
+        return start, z
+
+    return jax.lax.fori_loop(0, panels, panel_step, (jnp.zeros((batch,), jnp.int32), z))[1]
 
 
 def _back_transform(w, tau, z, *, interpret):

@@ -324,11 +324,15 @@ JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copie
 # shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
+TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation (not yet timed)
 PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-step launches
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
 # too little work per step to pay for two launches a step
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
+SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
+SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (not yet timed: at
+GRAM_SCHMIDT_PROGRAMS = 264  # 8x2048 one program per matrix took 425 ms, 8 of 132 SMs busy, results/h200/NOTES.md)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
@@ -357,6 +361,12 @@ def check_offsets(batch: int, size: int) -> None:
 def one_launch(batch: int, n: int) -> bool:
     """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than two launches a step."""
     return batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N
+
+
+def split_gram_schmidt(batch: int, n: int) -> bool:
+    """Whether the clusters' Gram-Schmidt shares each panel's projections among many programs per matrix (four
+    launches a panel) rather than running one program per matrix."""
+    return batch < SPLIT_GRAM_SCHMIDT_BATCH and n >= SPLIT_GRAM_SCHMIDT_N
 
 
 def jacobi_size(n: int) -> int:

@@ -18,11 +18,12 @@ the launcher sorts the eigenvalues (glue).
 
 n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
-1. `_symmetrize_kernel` and `_tridiagonalize_kernel`: Householder reflectors T = H^T (A / max|A|) H,
-   the trailing matrix in global memory, read and written once per column. A large batch (or a
-   small n) runs every step in one launch, one program per matrix; otherwise each step is two
-   launches, the second sharing the trailing matrix's rows among many programs
-   (`ports.eigh.one_launch`).
+1. `_symmetrize_kernel`, then Householder reflectors T = H^T (A / max|A|) H, the trailing matrix
+   in global memory. A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one
+   launch, one program per matrix, in panels (read once per column, written once per panel);
+   otherwise `_tridiagonalize_kernel` runs each step as two launches, the second sharing the
+   trailing matrix's rows among many programs (read and written once per column;
+   `ports.eigh.one_launch`).
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
@@ -44,8 +45,8 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, validate,
-                        vector_panel_warps)
+                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
+                        one_launch, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -120,6 +121,21 @@ def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS
 
 
 @triton.jit
+def _householder(row, k, cols):
+    """The reflector of row k (up to date): (v with v[k + 1] = 1 and zeros up to k, tau, T's d_k and
+    e_k). Nothing to annihilate (and the last two steps): tau = 0, e_k the entry itself."""
+    alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
+    sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
+    norm = tl.sqrt_rn(alpha * alpha + sigma)
+    beta = tl.where(alpha >= 0, -norm, norm)
+    trivial = sigma == 0.0
+    inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
+    v = tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0))
+    tau = tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta))
+    return v, tau, tl.sum(tl.where(cols == k, row, 0.0)), tl.where(trivial, alpha, beta)  # e[n - 1] = 0
+
+
+@triton.jit
 def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, work_ptr, n, first_step, last_step,
                            partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                            REFLECT: tl.constexpr, UPDATE: tl.constexpr):
@@ -132,9 +148,9 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
     full rows at a time, applying the update and accumulating p = A v_k: each step reads and
     writes the trailing matrix once. The programs (b, j) of matrix b share its row tiles j, j + P,
     ... (P programs). work holds v, u and p twice, one set per parity of the step, so a step reads
-    the previous step's while writing its own. The launcher runs every step in one
-    launch with both parts, one program per matrix (barriers between the parts), or each part
-    in its own launch, UPDATE with many programs per matrix. The first step scales by max|A|
+    the previous step's while writing its own. The launcher runs each part in its own launch,
+    UPDATE with many programs per matrix, for batches too small to fill the GPU with one program
+    a matrix; otherwise `_tridiagonalize_blocked_kernel`. The first step scales by max|A|
     (from partial[b, :partials]): no overflow or underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
     program, programs = tl.program_id(1), tl.num_programs(1)
@@ -157,16 +173,11 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
             tl.store(previous + BLOCK_N + cols, update)
             row = tl.load(w + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
             row -= tl.sum(tl.where(cols == k, v, 0.0)) * update + tl.sum(tl.where(cols == k, update, 0.0)) * v
-            alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
-            sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
-            norm = tl.sqrt_rn(alpha * alpha + sigma)
-            beta = tl.where(alpha >= 0, -norm, norm)
-            trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
-            inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
-            tl.store(current + cols, tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0)))
-            tl.store(d_ptr + matrix * n + k, tl.sum(tl.where(cols == k, row, 0.0)))
-            tl.store(e_ptr + matrix * n + k, tl.where(trivial, alpha, beta))  # e[n - 1] = 0
-            tl.store(tau_ptr + matrix * n + k, tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta)))
+            reflector, tau, diagonal, off = _householder(row, k, cols)
+            tl.store(current + cols, reflector)
+            tl.store(d_ptr + matrix * n + k, diagonal)
+            tl.store(e_ptr + matrix * n + k, off)
+            tl.store(tau_ptr + matrix * n + k, tau)
             tl.store(w + (k - 1) * n + cols, v, mask=(k > 0) & in_cols & (cols >= k))
             tl.debug_barrier()
         if UPDATE:
@@ -188,6 +199,81 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
                 tl.store(ptrs, tile, mask=mask)
                 tl.store(current + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
             tl.debug_barrier()
+
+
+@triton.jit
+def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
+                                   BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
+                                   NB: tl.constexpr):
+    """The same reduction, blocked as LAPACK's dsytrd/dlatrd: program b takes the columns in panels
+    of NB. Column j of a panel is first brought up to date with the panel's earlier reflectors
+    (row j -= sum_q v_q[j] w_q + w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j
+    - V W^T v_j - W V^T v_j) minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's
+    start: each column reads the trailing matrix once (p = A v_j, ROWS rows at a time) and
+    writes nothing; the panel's end applies A -= V W^T + W V^T to the trailing matrix below it,
+    one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds
+    the panel's V and W rows and p. The first panel scales by 1 / max|A| as it reads."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, ROWS)
+    in_cols = cols < n
+    w = w_ptr + matrix * n * n
+    vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
+    p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
+    biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
+                             mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
+    scale = tl.where(biggest > 0, biggest, 1.0)
+    tl.store(scale_ptr + matrix, scale)
+    for panel in range(0, tl.cdiv(n, NB)):
+        factor = tl.where(panel == 0, 1.0 / scale, 1.0)
+        first = panel * NB
+        width = tl.minimum(NB, n - first)
+        for i in range(0, width):
+            j = first + i
+            row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
+            for q in range(0, i):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                row -= tl.sum(tl.where(cols == j, v_q, 0.0)) * w_q + tl.sum(tl.where(cols == j, w_q, 0.0)) * v_q
+            v, tau, diagonal, off = _householder(row, j, cols)
+            tl.store(d_ptr + matrix * n + j, diagonal)
+            tl.store(e_ptr + matrix * n + j, off)
+            tl.store(tau_ptr + matrix * n + j, tau)
+            tl.store(vs + i * BLOCK_N + cols, v)
+            below = in_cols & (cols > j)
+            # zero-based: see _orthonormalize_kernel
+            for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j
+                rows = j + 1 + t * ROWS + local
+                inside = rows < n
+                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :],
+                               other=0.0, cache_modifier=".cg") * factor
+                tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
+            tl.debug_barrier()
+            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+            for q in range(0, i):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                p -= tl.sum(w_q * v) * v_q + tl.sum(v_q * v) * w_q
+            p = tl.where(below, tau * p, 0.0)
+            tl.store(ws + i * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
+            tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
+            tl.debug_barrier()
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        below = in_cols & (cols >= last)
+        for t in range(0, tl.cdiv(n - last, ROWS)):
+            rows = last + t * ROWS + local
+            inside = rows < n
+            ptrs = w + rows[:, None] * n + cols[None, :]
+            mask = inside[:, None] & below[None, :]
+            tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+            for q in range(0, width):
+                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
+                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
+                v_rows = tl.load(vs + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+                w_rows = tl.load(ws + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+                tile -= v_rows[:, None] * w_q[None, :] + w_rows[:, None] * v_q[None, :]
+            tl.store(ptrs, tile, mask=mask)
+        tl.debug_barrier()
 
 
 @triton.jit
@@ -324,6 +410,70 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
 
 
 @triton.jit
+def _panel_clusters(values, panel, start, tolerance, n, PANEL: tl.constexpr):
+    """The panel's members, which are inside n, their clusters numbered within the panel (breaks
+    where a gap exceeds tolerance), the first member's cluster, whether that cluster has members
+    in earlier panels, where it starts, and where the next panel's first cluster starts at the
+    latest (start: the previous panel's value)."""
+    local = tl.arange(0, PANEL)
+    members = panel * PANEL + local
+    inside = members < n
+    gaps = (tl.load(values + members, mask=inside, other=0.0)
+            - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
+    breaks = inside & ((members == 0) | (gaps > tolerance))
+    start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
+    cluster = tl.where(inside, tl.cumsum(breaks.to(tl.int32), axis=0), -1)
+    first_cluster = tl.sum(tl.where(local == 0, cluster, 0))
+    next_start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
+    return members, inside, cluster, first_cluster, panel * PANEL > start, start, next_start
+
+
+@triton.jit
+def _tolerance(values, norm, cluster_gap, group_gap, n):
+    """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least group_gap ||T||."""
+    return tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
+                      group_gap * norm)
+
+
+@triton.jit
+def _load_panel(x, members, inside, cols, valid, n, NORMALISE: tl.constexpr):
+    block = tl.load(x + members[:, None] * n + cols[None, :], mask=inside[:, None] & valid[None, :], other=0.0)
+    if NORMALISE:
+        block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
+    return block
+
+
+@triton.jit
+def _block_correction(block, x, first, end, cols, valid, n, PANEL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The classical Gram-Schmidt correction sum (block v) v over the PANEL vectors v from first
+    (those before end), row by row (a tl.dot would stage all of K in shared memory)."""
+    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+    for q in tl.static_range(PANEL):
+        earlier = first + q + 0 * cols  # a vector: the interpreter rejects a scalar mask
+        vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < end), other=0.0, cache_modifier=".cg")
+        correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+    return correction
+
+
+@triton.jit
+def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constexpr):
+    """Modified Gram-Schmidt of each cluster's members within the panel, normalising them; a vector
+    alone in its cluster (and not continuing one from earlier panels) is left as it is."""
+    local = tl.arange(0, PANEL)
+    for i in tl.static_range(PANEL):
+        own = tl.sum(tl.where(local == i, cluster, 0))
+        partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
+        if (partners > 0) | (continued & (own == first_cluster)):
+            row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
+            row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
+            later = tl.sum(block * row[None, :], axis=1)
+            after = (local > i) & (cluster == own)
+            block = tl.where(local[:, None] == i, row[None, :],
+                             tl.where(after[:, None], block - later[:, None] * row[None, :], block))
+    return block
+
+
+@triton.jit
 def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, n, BLOCK_N: tl.constexpr,
                            PANEL: tl.constexpr):
     """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
@@ -337,50 +487,80 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     normalised (on load): with short clusters, most steps are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    local = tl.arange(0, PANEL)
     valid = cols < n
     x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
-    tolerance = tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
-                           group_gap * tl.load(norm_ptr + matrix))
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
     start = 0  # the cluster of the panel's first vector starts here
     for panel in range(0, tl.cdiv(n, PANEL)):
-        members = panel * PANEL + local
-        inside = members < n
-        mask = inside[:, None] & valid[None, :]
-        gaps = (tl.load(values + members, mask=inside, other=0.0)
-                - tl.load(values + members - 1, mask=inside & (members > 0), other=0.0))
-        breaks = inside & ((members == 0) | (gaps > tolerance))
-        start = tl.maximum(start, tl.max(tl.where(breaks & (local == 0), members, 0)))
-        cluster = tl.where(inside, tl.cumsum(breaks.to(tl.int32), axis=0), -1)  # numbered within the panel
-        first_cluster = tl.sum(tl.where(local == 0, cluster, 0))
-        continued = panel * PANEL > start  # the first cluster has members in earlier panels
-        block = tl.load(x + members[:, None] * n + cols[None, :], mask=mask, other=0.0)
-        block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
+        members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+            values, panel, start, tolerance, n, PANEL)
+        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=True)
         for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
-                correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-                for q in tl.static_range(PANEL):  # row by row: a tl.dot would stage all of K in shared memory
-                    earlier = start + earlier_block * PANEL + q + 0 * cols  # a vector: the interpreter
-                    # rejects a scalar mask
-                    vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < panel * PANEL), other=0.0,
-                                     cache_modifier=".cg")
-                    correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
+                correction = _block_correction(block, x, start + earlier_block * PANEL, panel * PANEL, cols, valid,
+                                               n, PANEL, BLOCK_N)
                 block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
-            for i in tl.static_range(PANEL):
-                own = tl.sum(tl.where(local == i, cluster, 0))
-                partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
-                if (partners > 0) | (continued & (own == first_cluster)):
-                    row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
-                    row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
-                    later = tl.sum(block * row[None, :], axis=1)
-                    after = (local > i) & (cluster == own)
-                    block = tl.where(local[:, None] == i, row[None, :],
-                                     tl.where(after[:, None], block - later[:, None] * row[None, :], block))
-        tl.store(x + members[:, None] * n + cols[None, :], block, mask=mask)
-        start = tl.maximum(start, tl.max(tl.where(breaks, members, 0)))
+            block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+        tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+        start = next_start
         tl.debug_barrier()
+
+
+@triton.jit
+def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
+                                   panel, BLOCK_N: tl.constexpr, PANEL: tl.constexpr, FIRST_PASS: tl.constexpr):
+    """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
+    one program each: program (b, s) of (batch, programs) sums the panel block's correction
+    against every programs-th earlier block of its first cluster, from the s-th, into
+    partial [batch, programs, PANEL, n]. start_ptr [batch]: where the previous panel's first cluster
+    starts, or a later break."""
+    matrix = tl.program_id(0).to(tl.int64)
+    share, programs = tl.program_id(1), tl.num_programs(1)
+    cols = tl.arange(0, BLOCK_N)
+    valid = cols < n
+    local = tl.arange(0, PANEL)
+    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+    if continued:
+        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+        for step in range(0, tl.cdiv(tl.cdiv(panel * PANEL - start, PANEL) - share, programs)):  # from zero, as above
+            correction += _block_correction(block, x, start + (share + step * programs) * PANEL, panel * PANEL, cols,
+                                            valid, n, PANEL, BLOCK_N)
+    tl.store(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n + cols[None, :], correction,
+             mask=valid[None, :])
+
+
+@triton.jit
+def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
+                                  panel, programs, BLOCK_N: tl.constexpr, PANEL: tl.constexpr,
+                                  FIRST_PASS: tl.constexpr):
+    """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
+    from the panel's first-cluster members, orthonormalises each cluster within the panel and
+    stores the panel; after the second pass it moves start_ptr on for the next panel."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    valid = cols < n
+    local = tl.arange(0, PANEL)
+    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+    if continued:
+        correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+        for share in range(0, programs):
+            correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
+                                  + cols[None, :], mask=valid[None, :], other=0.0)
+        block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
+    block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+    tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+    if not FIRST_PASS:
+        tl.store(start_ptr + matrix, next_start)
 
 
 @triton.jit
@@ -479,8 +659,9 @@ def _empty(*shape, device):
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
-    single: every step in one launch, one program per matrix (default: ports.eigh.one_launch); otherwise
-    two launches per step, the trailing update with PROGRAM_ROWS rows per program."""
+    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
+    ports.eigh.one_launch); otherwise two launches per step, the trailing update with PROGRAM_ROWS rows per
+    program."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -493,7 +674,10 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     args = (w, d, e, tau, scale, partial, work, n)
     meta = dict(partials=blocks, BLOCK_N=block_n, ROWS=rows, PARTIALS=triton.next_power_of_2(blocks), num_warps=8)
     if one_launch(batch, n) if single is None else single:
-        _tridiagonalize_kernel[(batch, 1)](*args, 0, n, REFLECT=True, UPDATE=True, **meta)
+        panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
+        _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
+                                                 ROWS=rows, PARTIALS=triton.next_power_of_2(blocks),
+                                                 NB=TRIDIAGONAL_PANEL, num_warps=8)
     else:
         tiles_per_program = max(1, PROGRAM_ROWS // rows)
         for k in range(n):
@@ -536,13 +720,29 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
     return z, residual
 
 
-def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float):
+def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
+                    split: bool | None = None):
     """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm): z, changed in place."""
+    or GROUP_GAP eps norm): z, changed in place. split: each panel's projections shared among many programs per
+    matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
-    _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
-                                     num_warps=vector_panel_warps(block_n))
+    warps = vector_panel_warps(block_n)
+    if not (split_gram_schmidt(batch, n) if split is None else split):
+        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n,
+                                         PANEL=PANEL, num_warps=warps)
+        return z
+    panels = triton.cdiv(n, PANEL)
+    programs = max(1, min(panels, triton.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
+    start = torch.zeros(batch, device=z.device, dtype=torch.int32)
+    partial = _empty(batch, programs, PANEL, n, device=z.device)
+    args = (z, values, norm, start, partial, cluster_gap, GROUP_GAP * EPS, n)
+    for panel in range(panels):
+        for first_pass in (True, False):
+            _orthonormalize_project_kernel[(batch, programs)](*args, panel, BLOCK_N=block_n, PANEL=PANEL,
+                                                              FIRST_PASS=first_pass, num_warps=warps)
+            _orthonormalize_finish_kernel[(batch,)](*args, panel, programs, BLOCK_N=block_n, PANEL=PANEL,
+                                                    FIRST_PASS=first_pass, num_warps=warps)
     return z
 
 
