@@ -41,14 +41,19 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
-                        one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, check_offsets,
+                        jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
 
 def _dot_f32(a, b):
     return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def _dot_ieee(a, b):
+    """a b in float32 arithmetic throughout (Triton's input_precision="ieee": no TF32)."""
+    return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
 def _exchange(x, permutation, axis):
@@ -242,7 +247,7 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
 
 
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
-                                   rows_per_tile, nb, interpret):
+                                   partials, rows_per_tile, nb, interpret):
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
     of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
     reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
@@ -253,14 +258,15 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
     cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
     in_cols = cols < n
-    partials = pl.cdiv(n, rows_per_tile)
     partial_index = jnp.arange(pl.next_power_of_2(partials))
     biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], partial_index < partials))
     scale = jnp.where(biggest > 0, biggest, 1.0)
     scale_ref[...] = scale
+    members = jnp.arange(nb)
 
-    def panel_row(row, mask=in_cols):
-        return _load(panel_ref.at[row, pl.ds(0, block_n)], mask)
+    def panel_tile(part, used):  # V (part 0) or W (part 1): the panel's reflectors before `used`, nb x block_n
+        return _load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(0, block_n)],
+                     (members < used)[:, None] & in_cols[None, :])
 
     @pl.loop(0, pl.cdiv(n, nb))
     def _(panel):
@@ -271,13 +277,11 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         @pl.loop(0, width)
         def _(i):
             j = first + i
-
-            def bring_up_to_date(q, row):
-                v_q, w_q = panel_row(q), panel_row(nb + q)
-                return row - (jnp.sum(jnp.where(cols == j, v_q, 0.0)) * w_q
-                              + jnp.sum(jnp.where(cols == j, w_q, 0.0)) * v_q)
-
-            row = jax.lax.fori_loop(0, i, bring_up_to_date, _load(w_ref.at[j, pl.ds(0, block_n)], in_cols) * factor)
+            v_panel, w_panel = panel_tile(0, i), panel_tile(1, i)
+            v_j = jnp.sum(jnp.where(cols[None, :] == j, v_panel, 0.0), axis=1)
+            w_j = jnp.sum(jnp.where(cols[None, :] == j, w_panel, 0.0), axis=1)
+            row = _load(w_ref.at[j, pl.ds(0, block_n)], in_cols) * factor
+            row -= jnp.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
             v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
             tau_ref[j] = tau
             panel_ref[i, :] = v
@@ -289,22 +293,22 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                 inside = (r0 + local) < n
                 tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
                              inside[:, None] & below[None, :]) * factor
-                pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)], jnp.sum(tile * v[None, :], axis=1),
-                               mask=inside)
+                pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
+                               jnp.sum(tile * v[None, :], axis=1), mask=inside)
 
             _barrier(interpret)
-
-            def correct(q, p):
-                v_q, w_q = panel_row(q), panel_row(nb + q)
-                return p - (jnp.sum(w_q * v) * v_q + jnp.sum(v_q * v) * w_q)
-
-            p = jnp.where(below, tau * jax.lax.fori_loop(0, i, correct, panel_row(jnp.int32(2 * nb), below)), 0.0)
+            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+            v_panel, w_panel = panel_tile(0, i), panel_tile(1, i)  # loaded again: not held through the sweep
+            w_v = jnp.sum(w_panel * v[None, :], axis=1)
+            v_v = jnp.sum(v_panel * v[None, :], axis=1)
+            p = jnp.where(below, tau * (p - jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
             panel_ref[nb + i, :] = p - (0.5 * tau * jnp.sum(p * v)) * v
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
 
-        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
         below = in_cols & (cols >= last)
+        v_panel, w_panel = panel_tile(0, width), panel_tile(1, width)
 
         @pl.loop(0, pl.cdiv(n - last, rows_per_tile))
         def _(t):
@@ -312,13 +316,11 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
             inside = (r0 + local) < n
             mask = inside[:, None] & below[None, :]
             tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
-
-            def apply(q, tile):
-                v_rows = _load(panel_ref.at[q, pl.ds(r0, rows_per_tile)], inside)
-                w_rows = _load(panel_ref.at[nb + q, pl.ds(r0, rows_per_tile)], inside)
-                return tile - (v_rows[:, None] * panel_row(nb + q)[None, :] + w_rows[:, None] * panel_row(q)[None, :])
-
-            pltriton.store(tile_rows, jax.lax.fori_loop(0, width, apply, _load(tile_rows, mask) * factor), mask=mask)
+            present = (members < width)[:, None] & inside[None, :]  # nb x rows: V's and W's columns r0 ...
+            v_rows = _load(panel_ref.at[pl.ds(0, nb), pl.ds(r0, rows_per_tile)], present)
+            w_rows = _load(panel_ref.at[pl.ds(nb, nb), pl.ds(r0, rows_per_tile)], present)
+            update = _dot_ieee(v_rows.T, w_panel) + _dot_ieee(w_rows.T, v_panel)
+            pltriton.store(tile_rows, _load(tile_rows, mask) * factor - update, mask=mask)
 
         _barrier(interpret)
 
@@ -695,8 +697,9 @@ def _per_matrix(*shape):
 def _reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing update with PROGRAM_ROWS rows per
-    program at step 0 (a pallas_call's grid is static, so later steps leave programs idle)."""
+    ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing
+    update with PROGRAM_ROWS rows per program at step 0 (a pallas_call's grid is static, so later steps leave
+    programs idle)."""
     batch, n, _ = a.shape
     block_n = pl.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -724,13 +727,13 @@ def _reduce(a, single=None, *, interpret):
 
     if one_launch(batch, n) if single is None else single:
         return pl.pallas_call(
-            functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, rows_per_tile=rows,
-                              nb=TRIDIAGONAL_PANEL, interpret=interpret),
+            functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
+                              rows_per_tile=TRIDIAGONAL_ROWS, nb=TRIDIAGONAL_PANEL, interpret=interpret),
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
             grid=(batch,), in_specs=[_per_matrix(blocks), _per_matrix(n, n)],
             out_specs=tuple(_per_matrix(*shape) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
-            input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
-            name="eigh_tridiagonalize_blocked",
+            input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL_WARPS),
+            interpret=interpret, name="eigh_tridiagonalize_blocked",
         )(partial, w)[:5]
     programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
 

@@ -324,7 +324,9 @@ JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copie
 # shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
-TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation (not yet timed)
+TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
+TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
+TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
 PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-step launches
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or

@@ -45,8 +45,8 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        TRIDIAGONAL_PANEL, GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps,
-                        one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, check_offsets,
+                        jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -216,10 +216,12 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
+    members = tl.arange(0, NB)
     in_cols = cols < n
     w = w_ptr + matrix * n * n
     vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
     p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
+    panel_tile = members[:, None] * BLOCK_N + cols[None, :]
     biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
                              mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
     scale = tl.where(biggest > 0, biggest, 1.0)
@@ -230,11 +232,13 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
         width = tl.minimum(NB, n - first)
         for i in range(0, width):
             j = first + i
+            earlier = (members < i)[:, None]  # the panel's reflectors before column j, as NB x BLOCK_N tiles
+            v_panel = tl.load(vs + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")
+            w_panel = tl.load(ws + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")
             row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
-            for q in range(0, i):
-                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
-                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
-                row -= tl.sum(tl.where(cols == j, v_q, 0.0)) * w_q + tl.sum(tl.where(cols == j, w_q, 0.0)) * v_q
+            v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
+            w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
+            row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
             v, tau, diagonal, off = _householder(row, j, cols)
             tl.store(d_ptr + matrix * n + j, diagonal)
             tl.store(e_ptr + matrix * n + j, off)
@@ -250,28 +254,30 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
                 tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
             tl.debug_barrier()
             p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
-            for q in range(0, i):
-                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
-                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
-                p -= tl.sum(w_q * v) * v_q + tl.sum(v_q * v) * w_q
-            p = tl.where(below, tau * p, 0.0)
+            v_panel = tl.load(vs + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")  # loaded again: not
+            w_panel = tl.load(ws + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")  # held through the sweep
+            w_v = tl.sum(w_panel * v[None, :], axis=1)
+            v_v = tl.sum(v_panel * v[None, :], axis=1)
+            p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
             tl.store(ws + i * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
             tl.debug_barrier()
-        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
         below = in_cols & (cols >= last)
+        in_panel = (members < width)[:, None]
+        v_panel = tl.load(vs + panel_tile, mask=in_panel, other=0.0, cache_modifier=".cg")
+        w_panel = tl.load(ws + panel_tile, mask=in_panel, other=0.0, cache_modifier=".cg")
         for t in range(0, tl.cdiv(n - last, ROWS)):
             rows = last + t * ROWS + local
             inside = rows < n
             ptrs = w + rows[:, None] * n + cols[None, :]
             mask = inside[:, None] & below[None, :]
+            transposed = members[None, :] * BLOCK_N + rows[:, None]  # ROWS x NB: V's and W's columns `rows`
+            present = inside[:, None] & (members < width)[None, :]
+            v_rows = tl.load(vs + transposed, mask=present, other=0.0, cache_modifier=".cg")
+            w_rows = tl.load(ws + transposed, mask=present, other=0.0, cache_modifier=".cg")
             tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
-            for q in range(0, width):
-                v_q = tl.load(vs + q * BLOCK_N + cols, cache_modifier=".cg")
-                w_q = tl.load(ws + q * BLOCK_N + cols, cache_modifier=".cg")
-                v_rows = tl.load(vs + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-                w_rows = tl.load(ws + q * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-                tile -= v_rows[:, None] * w_q[None, :] + w_rows[:, None] * v_q[None, :]
+            tile -= tl.dot(v_rows, w_panel, input_precision="ieee") + tl.dot(w_rows, v_panel, input_precision="ieee")
             tl.store(ptrs, tile, mask=mask)
         tl.debug_barrier()
 
@@ -676,8 +682,8 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     if one_launch(batch, n) if single is None else single:
         panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
-                                                 ROWS=rows, PARTIALS=triton.next_power_of_2(blocks),
-                                                 NB=TRIDIAGONAL_PANEL, num_warps=8)
+                                                 ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
+                                                 NB=TRIDIAGONAL_PANEL, num_warps=TRIDIAGONAL_WARPS)
     else:
         tiles_per_program = max(1, PROGRAM_ROWS // rows)
         for k in range(n):
