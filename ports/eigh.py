@@ -333,8 +333,9 @@ ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.m
 # too little work per step to pay for two launches a step
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
 SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
-SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (not yet timed: at
-GRAM_SCHMIDT_PROGRAMS = 264  # 8x2048 one program per matrix took 425 ms, 8 of 132 SMs busy, results/h200/NOTES.md)
+SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
+GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
+# program count not swept, results/h200/NOTES.md)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero

@@ -141,7 +141,6 @@ def test_port_above_64_passes_every_identity(port, family, n):
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
 
 
-
 @pytest.mark.parametrize("port", PORTS)
 def test_port_with_split_gram_schmidt_passes_every_identity(port, monkeypatch):
     # the split Gram-Schmidt is for few matrices of n >= 512, too slow to interpret: lower the threshold
@@ -151,6 +150,7 @@ def test_port_with_split_gram_schmidt_passes_every_identity(port, monkeypatch):
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
+
 
 def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twentieth of the eigenvalue gate
     a = spec.make_inputs(spec._case(2, 70, 2, 71, "dense"), 71, DEVICE)
