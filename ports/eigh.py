@@ -331,6 +331,8 @@ PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-s
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
 # too little work per step to pay for two launches a step
+ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V's and W's 16 x padded-n panels in shared
+# memory, 256 KB at a padded 2048, beyond the H200's 227 KB a program (compiled for sm_90: 134 KB at 1024, 518 at 4096)
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
 SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
 SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
@@ -363,7 +365,7 @@ def check_offsets(batch: int, size: int) -> None:
 
 def one_launch(batch: int, n: int) -> bool:
     """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than two launches a step."""
-    return batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N
+    return (batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N) and n <= ONE_LAUNCH_MAX_N
 
 
 def split_gram_schmidt(batch: int, n: int) -> bool:

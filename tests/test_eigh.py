@@ -250,6 +250,12 @@ def test_repair_restores_vectors_spoiled_along_far_clusters(port):
     assert bool((residual < spec.REPAIR_RESIDUAL * spec.EPS * norm[:, None]).all())
 
 
+def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memory():
+    # one launch for many matrices or small n; never above a padded n of 1024 (its products' panels: 256 KB at 2048)
+    assert spec.one_launch(640, 512) and spec.one_launch(40, 176) and spec.one_launch(256, 1024)
+    assert not spec.one_launch(60, 1024) and not spec.one_launch(256, 1025) and not spec.one_launch(300, 2048)
+
+
 def test_sizes_beyond_32_bit_offsets_are_refused():
     with pytest.raises(ValueError, match="32-bit offsets"):
         spec.check_offsets(2048, 1024)
