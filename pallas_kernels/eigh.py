@@ -40,9 +40,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
-                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, check_offsets,
-                        jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REFLECTOR_BLOCK,
+                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
+                        split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -666,23 +667,62 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         jax.lax.fori_loop(0, n, each_vector, 0)
 
 
-def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_per_program):
+def _reflector(w_ref, k, *, n, block_n):
+    """Reflector v_k (row k of w, entries after k), zero for k >= n."""
+    cols = jnp.arange(block_n)
+    return _load(w_ref.at[k, pl.ds(0, block_n)], (k < n) & (cols > k) & (cols < n))
+
+
+def _reflector_blocks_kernel(w_ref, tau_ref, t_ref, *, n, block_n, nb):
+    """As the Triton port's `_reflector_blocks_kernel`: program (b, p), the triangular T of block p,
+    H_k0 ... H_k0+nb-1 = I - V T V^T (dlarft, forward, columnwise), into t_ref[p]."""
+    first = pl.program_id(1) * nb
+    cols = jnp.arange(block_n)
+    local = jnp.arange(nb)
+    ks = first + local
+    block = _load(w_ref.at[pl.ds(first, nb), pl.ds(0, block_n)],
+                  (ks < n)[:, None] & (cols[None, :] > ks[:, None]) & (cols < n)[None, :])
+    tau = _load(tau_ref.at[pl.ds(first, nb)], ks < n)
+    gram = jnp.zeros((nb, nb), jnp.float32)
+    for q in range(nb):
+        v = _reflector(w_ref, first + q, n=n, block_n=block_n)
+        gram = jnp.where(local[None, :] == q, jnp.sum(block * v[None, :], axis=1)[:, None], gram)
+    t = jnp.zeros((nb, nb), jnp.float32)
+    for i in range(nb):
+        tau_i = jnp.sum(jnp.where(local == i, tau, 0.0))
+        gram_i = jnp.sum(jnp.where((local[None, :] == i) & (local[:, None] < i), gram, 0.0), axis=1)
+        column = -tau_i * jnp.sum(t * gram_i[None, :], axis=1)
+        t = jnp.where(local[None, :] == i, jnp.where(local[:, None] < i, column[:, None],
+                                                     jnp.where(local[:, None] == i, tau_i, 0.0)), t)
+    t_ref[pl.program_id(1)] = t
+
+
+def _back_transform_kernel(w_ref, t_ref, z_ref, q_ref, *, n, block_n, vectors_per_program, nb):
     """As the Triton port's `_back_transform_kernel`: program (b, block), Q[:, the block's
-    vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied last first
-    to the vectors held in registers (Z is [vector, element]; Q is written [element, vector]
-    through a transposed index)."""
+    vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied nb at a
+    time, last block first: z -= ((z V) T^T) V^T (Z is [vector, element]; Q is written
+    [element, vector] through a transposed index)."""
     vectors = pl.program_id(1) * vectors_per_program + jnp.arange(vectors_per_program)
     cols = jnp.arange(block_n)
+    local = jnp.arange(nb)
     valid = cols < n
     mask = (vectors < n)[:, None] & valid[None, :]
     z = _load(z_ref.at[pl.ds(pl.program_id(1) * vectors_per_program, vectors_per_program), pl.ds(0, block_n)], mask)
+    blocks = pl.cdiv(n, nb)
 
-    def reflect(t, z):
-        k = n - 1 - t
-        v = _load(w_ref.at[k, pl.ds(0, block_n)], valid & (cols > k))
-        return z - (tau_ref[k] * jnp.sum(z * v[None, :], axis=1))[:, None] * v[None, :]
+    def apply_block(step, z):
+        block = blocks - 1 - step
+        projections = jnp.zeros((vectors_per_program, nb), jnp.float32)  # z v_k for the block's reflectors
+        for q in range(nb):
+            v = _reflector(w_ref, block * nb + q, n=n, block_n=block_n)
+            projections = jnp.where(local[None, :] == q, jnp.sum(z * v[None, :], axis=1)[:, None], projections)
+        weights = jnp.sum(projections[:, None, :] * t_ref[block][None, :, :], axis=2)  # (z V) T^T
+        for q in range(nb):
+            v = _reflector(w_ref, block * nb + q, n=n, block_n=block_n)
+            z = z - jnp.sum(jnp.where(local[None, :] == q, weights, 0.0), axis=1)[:, None] * v[None, :]
+        return z
 
-    z = jax.lax.fori_loop(0, n, reflect, z)
+    z = jax.lax.fori_loop(0, blocks, apply_block, z)
     pltriton.store(q_ref.at[cols[None, :], vectors[:, None]], z, mask=mask)
 
 
@@ -847,13 +887,20 @@ def _back_transform(w, tau, z, *, interpret):
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     cols = max(1, min(32, TILE // block_n))
-    matrix = _per_matrix(n, n)
+    blocks = pl.cdiv(n, REFLECTOR_BLOCK)
+    matrix, factors = _per_matrix(n, n), _per_matrix(blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK)
+    params = pltriton.CompilerParams(num_warps=8)
+    t = pl.pallas_call(
+        functools.partial(_reflector_blocks_kernel, n=n, block_n=block_n, nb=REFLECTOR_BLOCK),
+        out_shape=_f32((batch, blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK)), grid=(batch, blocks),
+        in_specs=[matrix, _per_matrix(n)], out_specs=factors, compiler_params=params, interpret=interpret,
+        name="eigh_reflector_blocks",
+    )(w, tau)
     return pl.pallas_call(
-        functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols),
-        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, _per_matrix(n), matrix],
-        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
-        name="eigh_back_transform",
-    )(w, tau, z)
+        functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols, nb=REFLECTOR_BLOCK),
+        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, factors, matrix],
+        out_specs=matrix, compiler_params=params, interpret=interpret, name="eigh_back_transform",
+    )(w, t, z)
 
 
 def _tridiagonal(a, *, interpret):

@@ -339,6 +339,7 @@ SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAM
 GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
 # program count not swept, results/h200/NOTES.md)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
+REFLECTOR_BLOCK = 16  # Householder reflectors applied together in the back-transformation (not yet timed)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
 INVERSE_ITERATIONS = 3  # with the repair below, 3 and 4 rounds both left no failure over 6 varied inputs of each

@@ -44,9 +44,10 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
-                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, check_offsets,
-                        jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REFLECTOR_BLOCK,
+                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
+                        split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -633,20 +634,66 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
 
 
 @triton.jit
-def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
+def _reflector_blocks_kernel(w_ptr, tau_ptr, t_ptr, n, BLOCK_N: tl.constexpr, NB: tl.constexpr):
+    """Program (b, p): the upper triangular T of block p, H_k0 H_k0+1 ... H_k0+NB-1 = I - V T V^T
+    (LAPACK's dlarft, forward and columnwise; k0 = p NB, V's columns the reflectors v_k, rows k of
+    w): T_ii = tau_i, T[:i, i] = -tau_i T[:i, :i] (V^T V)[:i, i]. A reflector past n, or with
+    tau = 0, gives a zero row and column."""
+    matrix = tl.program_id(0).to(tl.int64)
+    first = tl.program_id(1) * NB
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, NB)
+    ks = first + local
+    w = w_ptr + matrix * n * n
+    block = tl.load(w + ks[:, None] * n + cols[None, :], mask=(ks < n)[:, None] & (cols[None, :] > ks[:, None])
+                    & (cols < n)[None, :], other=0.0)
+    tau = tl.load(tau_ptr + matrix * n + ks, mask=ks < n, other=0.0)
+    gram = tl.zeros((NB, NB), tl.float32)
+    for q in tl.static_range(NB):
+        k = first + q + 0 * cols  # a vector: the interpreter rejects a scalar mask
+        v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & (cols < n), other=0.0)
+        gram = tl.where(local[None, :] == q, tl.sum(block * v[None, :], axis=1)[:, None], gram)
+    t = tl.zeros((NB, NB), tl.float32)
+    for i in tl.static_range(NB):
+        tau_i = tl.sum(tl.where(local == i, tau, 0.0))
+        gram_i = tl.sum(tl.where((local[None, :] == i) & (local[:, None] < i), gram, 0.0), axis=1)  # (V^T v_i)[:i]
+        column = -tau_i * tl.sum(t * gram_i[None, :], axis=1)
+        t = tl.where(local[None, :] == i, tl.where(local[:, None] < i, column[:, None],
+                                                   tl.where(local[:, None] == i, tau_i, 0.0)), t)
+    tl.store(t_ptr + (matrix * tl.num_programs(1) + tl.program_id(1)) * NB * NB + local[:, None] * NB
+             + local[None, :], t)
+
+
+@triton.jit
+def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
+                           NB: tl.constexpr):
     """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
-    applied last first to the vectors held in registers (Z is [batch, vector, n]; Q is written
-    [batch, n, vector])."""
+    applied to the vectors held in registers a block of NB at a time, last block first: z -= ((z V)
+    T^T) V^T with T from `_reflector_blocks_kernel`. The NB projections z v_k of a block are
+    independent, so their reductions overlap instead of waiting one for the other (Z is
+    [batch, vector, n]; Q is written [batch, n, vector])."""
     matrix = tl.program_id(0).to(tl.int64)
     vectors = tl.program_id(1) * COLS + tl.arange(0, COLS)
     cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, NB)
     valid = cols < n
     mask = (vectors < n)[:, None] & valid[None, :]
+    w = w_ptr + matrix * n * n
+    blocks = tl.cdiv(n, NB)
     z = tl.load(z_ptr + matrix * n * n + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
-    for t in range(n):
-        k = n - 1 - t
-        v = tl.load(w_ptr + matrix * n * n + k * n + cols, mask=valid & (cols > k), other=0.0)
-        z -= (tl.load(tau_ptr + matrix * n + k) * tl.sum(z * v[None, :], axis=1))[:, None] * v[None, :]
+    for step in range(0, blocks):
+        block = blocks - 1 - step
+        projections = tl.zeros((COLS, NB), tl.float32)  # z v_k for the block's reflectors
+        for q in tl.static_range(NB):
+            k = block * NB + q + 0 * cols
+            v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & valid, other=0.0)
+            projections = tl.where(local[None, :] == q, tl.sum(z * v[None, :], axis=1)[:, None], projections)
+        t = tl.load(t_ptr + (matrix * blocks + block) * NB * NB + local[:, None] * NB + local[None, :])
+        weights = tl.sum(projections[:, None, :] * t[None, :, :], axis=2)  # (z V) T^T
+        for q in tl.static_range(NB):
+            k = block * NB + q + 0 * cols
+            v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & valid, other=0.0)
+            z -= tl.sum(tl.where(local[None, :] == q, weights, 0.0), axis=1)[:, None] * v[None, :]
     tl.store(q_ptr + matrix * n * n + cols[None, :] * n + vectors[:, None], z, mask=mask)
 
 
@@ -757,7 +804,11 @@ def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     q, cols = _empty(batch, n, n, device=z.device), max(1, min(32, TILE // block_n))
-    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols, num_warps=8)
+    blocks = triton.cdiv(n, REFLECTOR_BLOCK)
+    t = _empty(batch, blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK, device=z.device)
+    _reflector_blocks_kernel[(batch, blocks)](w, tau, t, n, BLOCK_N=block_n, NB=REFLECTOR_BLOCK, num_warps=8)
+    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, t, z, q, n, BLOCK_N=block_n, COLS=cols,
+                                                          NB=REFLECTOR_BLOCK, num_warps=8)
     return q
 
 
