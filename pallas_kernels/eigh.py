@@ -484,10 +484,9 @@ def _panel_rows(x_ref, panel, block_n):
 
 
 def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
+    """The panel's rows, normalised where `normalise` (a bool, traced or not)."""
     block = _load(_panel_rows(x_ref, panel, block_n), inside[:, None] & (jnp.arange(block_n) < n)[None, :])
-    if normalise:
-        block /= jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None]
-    return block
+    return jnp.where(normalise, block / jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None], block)
 
 
 def _block_correction(block, x_ref, first, end, *, n, block_n):
@@ -557,18 +556,18 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
 
 
-def _orthonormalize_project_kernel(panel_ref, values_ref, norm_ref, start_ref, x_ref, partial_ref, *, n, block_n,
-                                   cluster_gap, first_pass):
+def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, x_ref, partial_ref, *, n, block_n,
+                                   cluster_gap):
     """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) sums the panel block's
     correction against every programs-th earlier block of its first cluster, from the s-th, into
-    partial_ref[s]."""
-    panel, share, programs = panel_ref[0], pl.program_id(1), pl.num_programs(1)
+    partial_ref[s]. index_ref: the panel, and 1 in the first pass, 0 in the second."""
+    panel, first_pass, share, programs = index_ref[0], index_ref[1], pl.program_id(1), pl.num_programs(1)
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
 
     def earlier_blocks():
-        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass)
+        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
 
         def accumulate(step, correction):
             return correction + _block_correction(block, x_ref, start + (share + step * programs) * PANEL,
@@ -582,25 +581,26 @@ def _orthonormalize_project_kernel(panel_ref, values_ref, norm_ref, start_ref, x
                    mask=(jnp.arange(block_n) < n)[None, :])
 
 
-def _orthonormalize_finish_kernel(panel_ref, values_ref, norm_ref, partial_ref, _start, _x, start_ref, x_ref, *, n,
-                                  block_n, cluster_gap, programs, first_pass):
+def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _x, start_ref, x_ref, *, n,
+                                  block_n, cluster_gap, programs):
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel, stores it, and after the second pass moves start on (start and x aliased)."""
-    panel = panel_ref[0]
+    panel, first_pass = index_ref[0], index_ref[1]
     valid = jnp.arange(block_n) < n
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
-    block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass)
-    correction = jnp.zeros((PANEL, block_n), jnp.float32)
-    for share in range(programs):
-        correction += _load(partial_ref.at[jnp.int32(share), pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
+    block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
+
+    def add_share(share, correction):  # a loop, not unrolled: up to 256 shares at n = 4096
+        return correction + _load(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
+
+    correction = jax.lax.fori_loop(0, programs, add_share, jnp.zeros((PANEL, block_n), jnp.float32))
     block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
     block = _within_clusters(block, cluster, first_cluster, continued)
     pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
-    if not first_pass:
-        start_ref[...] = next_start
+    start_ref[...] = jnp.where(first_pass == 0, next_start, start_ref[...])
 
 
 def _row_residuals(x_ref, d_ref, e_ref, values_ref, rows, inside, *, n, block_n):
@@ -851,35 +851,32 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     panels = pl.cdiv(n, PANEL)
     programs = max(1, min(panels, pl.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
     partials = _per_matrix(programs, PANEL, n)
-    index = pl.BlockSpec((1,), lambda *_: (0,))
+    index_spec = pl.BlockSpec((2,), lambda *_: (0,))
 
-    def project(panel, start, z, first_pass):
+    def project(index, start, z):
         return pl.pallas_call(
-            functools.partial(_orthonormalize_project_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              first_pass=first_pass),
+            functools.partial(_orthonormalize_project_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap),
             out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
-            in_specs=[index, vector, scalar, scalar, matrix], out_specs=partials, compiler_params=params,
+            in_specs=[index_spec, vector, scalar, scalar, matrix], out_specs=partials, compiler_params=params,
             interpret=interpret, name="eigh_orthonormalize_project",
-        )(panel, values, norm, start, z)
+        )(index, values, norm, start, z)
 
-    def finish(panel, partial, start, z, first_pass):
+    def finish(index, partial, start, z):
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              programs=programs, first_pass=first_pass),
+                              programs=programs),
             out_shape=(jax.ShapeDtypeStruct((batch,), jnp.int32), _f32((batch, n, n))), grid=(batch,),
-            in_specs=[index, vector, scalar, partials, scalar, matrix], out_specs=(scalar, matrix),
+            in_specs=[index_spec, vector, scalar, partials, scalar, matrix], out_specs=(scalar, matrix),
             input_output_aliases={4: 0, 5: 1}, compiler_params=params, interpret=interpret,
             name="eigh_orthonormalize_finish",
-        )(panel, values, norm, partial, start, z)
+        )(index, values, norm, partial, start, z)
 
-    def panel_step(panel, carry):
+    def step(i, carry):  # panel i // 2, pass i % 2: one traced (so one compiled) kernel of each kind
         start, z = carry
-        panel = jnp.reshape(panel, (1,)).astype(jnp.int32)
-        for first_pass in (True, False):
-            start, z = finish(panel, project(panel, start, z, first_pass), start, z, first_pass)
-        return start, z
+        index = jnp.stack([i // 2, 1 - i % 2]).astype(jnp.int32)
+        return finish(index, project(index, start, z), start, z)
 
-    return jax.lax.fori_loop(0, panels, panel_step, (jnp.zeros((batch,), jnp.int32), z))[1]
+    return jax.lax.fori_loop(0, 2 * panels, step, (jnp.zeros((batch,), jnp.int32), z))[1]
 
 
 def _back_transform(w, tau, z, *, interpret):

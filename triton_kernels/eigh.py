@@ -136,7 +136,7 @@ def _householder(row, k, cols):
     return v, tau, tl.sum(tl.where(cols == k, row, 0.0)), tl.where(trivial, alpha, beta)  # e[n - 1] = 0
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["first_step", "last_step"])  # one compiled kernel for every step
 def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, work_ptr, n, first_step, last_step,
                            partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                            REFLECT: tl.constexpr, UPDATE: tl.constexpr):
@@ -443,9 +443,9 @@ def _tolerance(values, norm, cluster_gap, group_gap, n):
 
 
 @triton.jit
-def _load_panel(x, members, inside, cols, valid, n, NORMALISE: tl.constexpr):
+def _load_panel(x, members, inside, cols, valid, n, normalise):
     block = tl.load(x + members[:, None] * n + cols[None, :], mask=inside[:, None] & valid[None, :], other=0.0)
-    if NORMALISE:
+    if normalise:
         block /= tl.maximum(tl.sqrt_rn(tl.sum(block * block, axis=1)), 1e-30)[:, None]
     return block
 
@@ -501,7 +501,7 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     for panel in range(0, tl.cdiv(n, PANEL)):
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values, panel, start, tolerance, n, PANEL)
-        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=True)
+        block = _load_panel(x, members, inside, cols, valid, n, True)
         for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
@@ -515,9 +515,9 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
         tl.debug_barrier()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["panel", "first_pass"])  # one compiled kernel for every panel and both passes
 def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
-                                   panel, BLOCK_N: tl.constexpr, PANEL: tl.constexpr, FIRST_PASS: tl.constexpr):
+                                   panel, first_pass, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
     """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
     one program each: program (b, s) of (batch, programs) sums the panel block's correction
     against every programs-th earlier block of its first cluster, from the s-th, into
@@ -534,7 +534,7 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, parti
         values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
     correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
     if continued:
-        block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+        block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
         for step in range(0, tl.cdiv(tl.cdiv(panel * PANEL - start, PANEL) - share, programs)):  # from zero, as above
             correction += _block_correction(block, x, start + (share + step * programs) * PANEL, panel * PANEL, cols,
                                             valid, n, PANEL, BLOCK_N)
@@ -542,10 +542,9 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, parti
              mask=valid[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["panel", "first_pass"])
 def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
-                                  panel, programs, BLOCK_N: tl.constexpr, PANEL: tl.constexpr,
-                                  FIRST_PASS: tl.constexpr):
+                                  panel, first_pass, programs, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
     """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; after the second pass it moves start_ptr on for the next panel."""
@@ -557,7 +556,7 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partia
     tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
-    block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
+    block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
     if continued:
         correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
         for share in range(0, programs):
@@ -566,8 +565,7 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partia
         block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
     block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
     tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
-    if not FIRST_PASS:
-        tl.store(start_ptr + matrix, next_start)
+    tl.store(start_ptr + matrix, next_start, mask=first_pass == 0)
 
 
 @triton.jit
@@ -791,11 +789,11 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     partial = _empty(batch, programs, PANEL, n, device=z.device)
     args = (z, values, norm, start, partial, cluster_gap, GROUP_GAP * EPS, n)
     for panel in range(panels):
-        for first_pass in (True, False):
-            _orthonormalize_project_kernel[(batch, programs)](*args, panel, BLOCK_N=block_n, PANEL=PANEL,
-                                                              FIRST_PASS=first_pass, num_warps=warps)
-            _orthonormalize_finish_kernel[(batch,)](*args, panel, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    FIRST_PASS=first_pass, num_warps=warps)
+        for first_pass in (1, 0):
+            _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n, PANEL=PANEL,
+                                                              num_warps=warps)
+            _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
+                                                    num_warps=warps)
     return z
 
 
