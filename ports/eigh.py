@@ -328,6 +328,7 @@ TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagona
 TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
 TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
 PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-step launches
+PANEL_UPDATE_COLS = 128  # columns per program of the per-panel trailing update (branch, not yet timed)
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
 # too little work per step to pay for two launches a step

@@ -44,8 +44,8 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
-                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REFLECTOR_BLOCK,
-                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS, PIVOT_FLOOR, PROGRAM_ROWS,
+                        REFLECTOR_BLOCK, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
                         GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
                         split_gram_schmidt, validate, vector_panel_warps)
 
@@ -281,6 +281,114 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             tile -= tl.dot(v_rows, w_panel, input_precision="ieee") + tl.dot(w_rows, v_panel, input_precision="ieee")
             tl.store(ptrs, tile, mask=mask)
         tl.debug_barrier()
+
+
+@triton.jit
+def _panel_tiles(vs, ws, used, members, cols, BLOCK_N: tl.constexpr):
+    """The panel's reflectors V and W before member `used`, as NB x BLOCK_N tiles (zero beyond)."""
+    tile = members[:, None] * BLOCK_N + cols[None, :]
+    earlier = (members < used)[:, None]
+    return (tl.load(vs + tile, mask=earlier, other=0.0, cache_modifier=".cg"),
+            tl.load(ws + tile, mask=earlier, other=0.0, cache_modifier=".cg"))
+
+
+@triton.jit(do_not_specialize=["j"])
+def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials, j,
+                         BLOCK_N: tl.constexpr, PARTIALS: tl.constexpr, NB: tl.constexpr, FINISH_ONLY: tl.constexpr):
+    """The blocked reduction spread over launches (panels of NB columns as `_tridiagonalize_blocked_kernel`),
+    program b per matrix, column j = first + i of its panel: finishes w_{j-1} from p = A v_{j-1} (left
+    by `_panel_product_kernel`), then (unless FINISH_ONLY, the launch that closes a panel with j its
+    last column + 1) brings row j up to date with the panel's reflectors and forms v_j, d_j, e_j,
+    tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    members = tl.arange(0, NB)
+    in_cols = cols < n
+    w = w_ptr + matrix * n * n
+    vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
+    p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
+    i = (j - 1) % NB + 1 if FINISH_ONLY else j % NB
+    if j == 0:
+        biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
+                                 mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
+        tl.store(scale_ptr + matrix, tl.where(biggest > 0, biggest, 1.0))
+        tl.debug_barrier()
+    factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
+    if i > 0:  # w_{j-1} = tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W before it
+        v_panel, w_panel = _panel_tiles(vs, ws, i - 1, members, cols, BLOCK_N)
+        v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
+        tau = tl.load(tau_ptr + matrix * n + j - 1)
+        below = in_cols & (cols > j - 1)
+        p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+        w_v = tl.sum(w_panel * v[None, :], axis=1)
+        v_v = tl.sum(v_panel * v[None, :], axis=1)
+        p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
+        tl.store(ws + (i - 1) * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
+        tl.debug_barrier()
+    if not FINISH_ONLY:
+        v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
+        row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
+        v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
+        w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
+        row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
+        v, tau, diagonal, off = _householder(row, j, cols)
+        tl.store(d_ptr + matrix * n + j, diagonal)
+        tl.store(e_ptr + matrix * n + j, off)
+        tl.store(tau_ptr + matrix * n + j, tau)
+        tl.store(vs + i * BLOCK_N + cols, v)
+        tl.store(w + j * n + cols, v, mask=in_cols & (cols > j))  # for the back-transformation
+
+
+@triton.jit(do_not_specialize=["j"])
+def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, n, j, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                          NB: tl.constexpr):
+    """p = A v_j for the rows below j, A as at the panel's start (read, not written): programs (b, s)
+    take matrix b's row tiles s, s + P, ... (P programs)."""
+    matrix = tl.program_id(0).to(tl.int64)
+    program, programs = tl.program_id(1), tl.num_programs(1)
+    cols = tl.arange(0, BLOCK_N)
+    local = tl.arange(0, ROWS)
+    w = w_ptr + matrix * n * n
+    panel = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N
+    factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
+    below = (cols < n) & (cols > j)
+    v = tl.load(panel + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
+    tiles = tl.cdiv(n - j - 1, ROWS)
+    for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
+        rows = j + 1 + (program + t * programs) * ROWS + local
+        inside = rows < n
+        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :], other=0.0,
+                       cache_modifier=".cg")
+        tl.store(panel + 2 * NB * BLOCK_N + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
+
+
+@triton.jit(do_not_specialize=["last"])
+def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                         COLS: tl.constexpr, NB: tl.constexpr):
+    """A -= V W^T + W V^T below and right of the panel ending at column last, program (b, r, c) on
+    the ROWS x COLS tile (r, c) of the trailing matrix: two float32 products of NB-deep operands
+    (COLS columns wide, so they fit in shared memory at any n). The first panel also scales A."""
+    matrix = tl.program_id(0).to(tl.int64)
+    rows = last + tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    cols = last + tl.program_id(2) * COLS + tl.arange(0, COLS)
+    members = tl.arange(0, NB)
+    width = last - (last - 1) // NB * NB
+    w = w_ptr + matrix * n * n
+    panel = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N
+    present = (members < width)[None, :]
+    inside, valid = rows < n, cols < n
+    v_rows = tl.load(panel + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
+    w_rows = tl.load(panel + (NB + members[None, :]) * BLOCK_N + rows[:, None], mask=inside[:, None] & present,
+                     other=0.0)
+    beside = (members < width)[:, None] & valid[None, :]
+    v_cols = tl.load(panel + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+    w_cols = tl.load(panel + (NB + members[:, None]) * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+    ptrs = w + rows[:, None] * n + cols[None, :]
+    mask = inside[:, None] & valid[None, :]
+    factor = tl.where(last <= NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
+    tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+    tile -= tl.dot(v_rows, w_cols, input_precision="ieee") + tl.dot(w_rows, v_cols, input_precision="ieee")
+    tl.store(ptrs, tile, mask=mask)
 
 
 @triton.jit
@@ -708,11 +816,12 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
-def _reduce(a: torch.Tensor, single: bool | None = None):
+def _reduce(a: torch.Tensor, single: bool | None = None, panels: bool = True):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh.one_launch); otherwise two launches per step, the trailing update with PROGRAM_ROWS rows per
-    program."""
+    ports.eigh.one_launch); otherwise, with panels, the same blocking over launches (two a column, each
+    column's product p = A v_j over many programs, two more a panel); without, two launches per step, each
+    reading and writing the trailing matrix (kept on this branch to time against the panels)."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -729,6 +838,24 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
                                                  ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, num_warps=TRIDIAGONAL_WARPS)
+    elif panels:
+        panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
+        tiles_per_program = max(1, PROGRAM_ROWS // rows)
+        column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
+                      num_warps=vector_panel_warps(block_n))
+        for j in range(n):
+            if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
+                _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=True,
+                                               **column)
+                update_cols = min(block_n, PANEL_UPDATE_COLS)
+                grid = (batch, triton.cdiv(n - j, TRIDIAGONAL_ROWS), triton.cdiv(n - j, update_cols))
+                _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL_ROWS,
+                                           COLS=update_cols, NB=TRIDIAGONAL_PANEL, num_warps=4)
+            _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=False,
+                                           **column)
+            programs = max(1, triton.cdiv(triton.cdiv(n - j - 1, rows), tiles_per_program))
+            _panel_product_kernel[(batch, programs)](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=rows,
+                                                     NB=TRIDIAGONAL_PANEL, num_warps=8)
     else:
         tiles_per_program = max(1, PROGRAM_ROWS // rows)
         for k in range(n):
