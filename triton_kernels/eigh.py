@@ -203,6 +203,44 @@ def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr,
 
 
 @triton.jit
+def _panel_tiles(vs, ws, used, members, cols, BLOCK_N: tl.constexpr):
+    """The panel's reflectors V and W before member `used`, as NB x BLOCK_N tiles (zero beyond)."""
+    tile = members[:, None] * BLOCK_N + cols[None, :]
+    earlier = (members < used)[:, None]
+    return (tl.load(vs + tile, mask=earlier, other=0.0, cache_modifier=".cg"),
+            tl.load(ws + tile, mask=earlier, other=0.0, cache_modifier=".cg"))
+
+
+@triton.jit
+def _panel_reflector(w, d, e, tau_ptr, vs, ws, j, i, factor, n, members, cols, BLOCK_N: tl.constexpr):
+    """Column j = member i of its panel: row j brought up to date with the panel's earlier
+    reflectors (row j -= sum_q v_q[j] w_q + w_q[j] v_q), its reflector v_j stored as V's row i,
+    d_j, e_j and tau_j stored: (v_j, tau_j)."""
+    v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
+    row = tl.load(w + j * n + cols, mask=cols < n, other=0.0, cache_modifier=".cg") * factor
+    v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
+    w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
+    row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
+    v, tau, diagonal, off = _householder(row, j, cols)
+    tl.store(d + j, diagonal)
+    tl.store(e + j, off)
+    tl.store(tau_ptr + j, tau)
+    tl.store(vs + i * BLOCK_N + cols, v)
+    return v, tau
+
+
+@triton.jit
+def _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N: tl.constexpr):
+    """W's row for member i (reflector v, tau) from p = A v, A as at the panel's start:
+    tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W the members before i."""
+    v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
+    w_v = tl.sum(w_panel * v[None, :], axis=1)
+    v_v = tl.sum(v_panel * v[None, :], axis=1)
+    p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
+    return p - (0.5 * tau * tl.sum(p * v)) * v
+
+
+@triton.jit
 def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
                                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                                    NB: tl.constexpr):
@@ -222,7 +260,6 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     w = w_ptr + matrix * n * n
     vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
     p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
-    panel_tile = members[:, None] * BLOCK_N + cols[None, :]
     biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
                              mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
     scale = tl.where(biggest > 0, biggest, 1.0)
@@ -233,18 +270,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
         width = tl.minimum(NB, n - first)
         for i in range(0, width):
             j = first + i
-            earlier = (members < i)[:, None]  # the panel's reflectors before column j, as NB x BLOCK_N tiles
-            v_panel = tl.load(vs + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")
-            w_panel = tl.load(ws + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")
-            row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
-            v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
-            w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
-            row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
-            v, tau, diagonal, off = _householder(row, j, cols)
-            tl.store(d_ptr + matrix * n + j, diagonal)
-            tl.store(e_ptr + matrix * n + j, off)
-            tl.store(tau_ptr + matrix * n + j, tau)
-            tl.store(vs + i * BLOCK_N + cols, v)
+            v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i,
+                                      factor, n, members, cols, BLOCK_N)
             below = in_cols & (cols > j)
             # zero-based: see _orthonormalize_kernel
             for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j
@@ -255,19 +282,12 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
                 tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
             tl.debug_barrier()
             p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
-            v_panel = tl.load(vs + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")  # loaded again: not
-            w_panel = tl.load(ws + panel_tile, mask=earlier, other=0.0, cache_modifier=".cg")  # held through the sweep
-            w_v = tl.sum(w_panel * v[None, :], axis=1)
-            v_v = tl.sum(v_panel * v[None, :], axis=1)
-            p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-            tl.store(ws + i * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
+            tl.store(ws + i * BLOCK_N + cols, _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N))
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
             tl.debug_barrier()
         last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
         below = in_cols & (cols >= last)
-        in_panel = (members < width)[:, None]
-        v_panel = tl.load(vs + panel_tile, mask=in_panel, other=0.0, cache_modifier=".cg")
-        w_panel = tl.load(ws + panel_tile, mask=in_panel, other=0.0, cache_modifier=".cg")
+        v_panel, w_panel = _panel_tiles(vs, ws, width, members, cols, BLOCK_N)
         for t in range(0, tl.cdiv(n - last, ROWS)):
             rows = last + t * ROWS + local
             inside = rows < n
@@ -281,15 +301,6 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             tile -= tl.dot(v_rows, w_panel, input_precision="ieee") + tl.dot(w_rows, v_panel, input_precision="ieee")
             tl.store(ptrs, tile, mask=mask)
         tl.debug_barrier()
-
-
-@triton.jit
-def _panel_tiles(vs, ws, used, members, cols, BLOCK_N: tl.constexpr):
-    """The panel's reflectors V and W before member `used`, as NB x BLOCK_N tiles (zero beyond)."""
-    tile = members[:, None] * BLOCK_N + cols[None, :]
-    earlier = (members < used)[:, None]
-    return (tl.load(vs + tile, mask=earlier, other=0.0, cache_modifier=".cg"),
-            tl.load(ws + tile, mask=earlier, other=0.0, cache_modifier=".cg"))
 
 
 @triton.jit(do_not_specialize=["j"])
@@ -314,28 +325,16 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
         tl.store(scale_ptr + matrix, tl.where(biggest > 0, biggest, 1.0))
         tl.debug_barrier()
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
-    if i > 0:  # w_{j-1} = tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W before it
-        v_panel, w_panel = _panel_tiles(vs, ws, i - 1, members, cols, BLOCK_N)
-        v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
-        tau = tl.load(tau_ptr + matrix * n + j - 1)
+    if i > 0:  # W's row for column j - 1
         below = in_cols & (cols > j - 1)
         p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
-        w_v = tl.sum(w_panel * v[None, :], axis=1)
-        v_v = tl.sum(v_panel * v[None, :], axis=1)
-        p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-        tl.store(ws + (i - 1) * BLOCK_N + cols, p - (0.5 * tau * tl.sum(p * v)) * v)
+        v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
+        w_row = _panel_w(p, v, tl.load(tau_ptr + matrix * n + j - 1), below, vs, ws, i - 1, members, cols, BLOCK_N)
+        tl.store(ws + (i - 1) * BLOCK_N + cols, w_row)
         tl.debug_barrier()
     if not FINISH_ONLY:
-        v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
-        row = tl.load(w + j * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
-        v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
-        w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
-        row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
-        v, tau, diagonal, off = _householder(row, j, cols)
-        tl.store(d_ptr + matrix * n + j, diagonal)
-        tl.store(e_ptr + matrix * n + j, off)
-        tl.store(tau_ptr + matrix * n + j, tau)
-        tl.store(vs + i * BLOCK_N + cols, v)
+        v, _ = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i, factor,
+                                n, members, cols, BLOCK_N)
         tl.store(w + j * n + cols, v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
