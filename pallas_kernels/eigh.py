@@ -40,8 +40,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
-                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PIVOT_FLOOR, PROGRAM_ROWS, REFLECTOR_BLOCK,
-                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS, PIVOT_FLOOR, PROGRAM_ROWS,
+                        REFLECTOR_BLOCK, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
                         GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
                         split_gram_schmidt, validate, vector_panel_warps)
 
@@ -247,6 +247,38 @@ def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_t
             _barrier(interpret)
 
 
+def _panel_tiles(panel_ref, used, *, n, block_n, nb):
+    """As the Triton port's `_panel_tiles`: the panel's V and W (panel rows 0 .. nb - 1 and
+    nb .. 2 nb - 1) before member `used`, nb x block_n, zero beyond."""
+    rows, cols = jnp.arange(nb), jnp.arange(block_n)
+    return tuple(_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(0, block_n)],
+                       (rows < used)[:, None] & (cols < n)[None, :]) for part in (0, 1))
+
+
+def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, *, n, block_n, nb):
+    """As the Triton port's `_panel_reflector`: row j up to date with the panel's earlier reflectors,
+    v_j into V's row i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
+    cols = jnp.arange(block_n)
+    v_panel, w_panel = _panel_tiles(panel_ref, i, n=n, block_n=block_n, nb=nb)
+    v_j = jnp.sum(jnp.where(cols[None, :] == j, v_panel, 0.0), axis=1)
+    w_j = jnp.sum(jnp.where(cols[None, :] == j, w_panel, 0.0), axis=1)
+    row = _load(w_ref.at[j, pl.ds(0, block_n)], cols < n) * factor
+    row -= jnp.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
+    v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
+    tau_ref[j] = tau
+    panel_ref[i, :] = v
+    return v, tau
+
+
+def _panel_w(panel_ref, p, v, tau, below, i, *, n, block_n, nb):
+    """As the Triton port's `_panel_w`: W's row for member i from p = A v."""
+    v_panel, w_panel = _panel_tiles(panel_ref, i, n=n, block_n=block_n, nb=nb)
+    w_v = jnp.sum(w_panel * v[None, :], axis=1)
+    v_v = jnp.sum(v_panel * v[None, :], axis=1)
+    p = jnp.where(below, tau * (p - jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
+    return p - (0.5 * tau * jnp.sum(p * v)) * v
+
+
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
                                    partials, rows_per_tile, nb, interpret):
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
@@ -263,11 +295,8 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
     biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], partial_index < partials))
     scale = jnp.where(biggest > 0, biggest, 1.0)
     scale_ref[...] = scale
+    sizes = dict(n=n, block_n=block_n, nb=nb)
     members = jnp.arange(nb)
-
-    def panel_tile(part, used):  # V (part 0) or W (part 1): the panel's reflectors before `used`, nb x block_n
-        return _load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(0, block_n)],
-                     (members < used)[:, None] & in_cols[None, :])
 
     @pl.loop(0, pl.cdiv(n, nb))
     def _(panel):
@@ -278,14 +307,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         @pl.loop(0, width)
         def _(i):
             j = first + i
-            v_panel, w_panel = panel_tile(0, i), panel_tile(1, i)
-            v_j = jnp.sum(jnp.where(cols[None, :] == j, v_panel, 0.0), axis=1)
-            w_j = jnp.sum(jnp.where(cols[None, :] == j, w_panel, 0.0), axis=1)
-            row = _load(w_ref.at[j, pl.ds(0, block_n)], in_cols) * factor
-            row -= jnp.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
-            v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
-            tau_ref[j] = tau
-            panel_ref[i, :] = v
+            v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
             below = in_cols & (cols > j)
 
             @pl.loop(0, pl.cdiv(n - j - 1, rows_per_tile))  # p = A v for the rows below j
@@ -299,17 +321,13 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
 
             _barrier(interpret)
             p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
-            v_panel, w_panel = panel_tile(0, i), panel_tile(1, i)  # loaded again: not held through the sweep
-            w_v = jnp.sum(w_panel * v[None, :], axis=1)
-            v_v = jnp.sum(v_panel * v[None, :], axis=1)
-            p = jnp.where(below, tau * (p - jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-            panel_ref[nb + i, :] = p - (0.5 * tau * jnp.sum(p * v)) * v
+            panel_ref[nb + i, :] = _panel_w(panel_ref, p, v, tau, below, i, **sizes)
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
 
         last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
         below = in_cols & (cols >= last)
-        v_panel, w_panel = panel_tile(0, width), panel_tile(1, width)
+        v_panel, w_panel = _panel_tiles(panel_ref, width, **sizes)
 
         @pl.loop(0, pl.cdiv(n - last, rows_per_tile))
         def _(t):
@@ -324,6 +342,78 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
             pltriton.store(tile_rows, _load(tile_rows, mask) * factor - update, mask=mask)
 
         _barrier(interpret)
+
+
+def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, finish_only, interpret):
+    """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
+    p, then (unless finish_only) forms column j's reflector; column 0 stores the scale max|A|. w, d,
+    e, tau, scale and panel are outputs (the inputs after partial_ref aliased to them)."""
+    w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
+    sizes = dict(n=n, block_n=block_n, nb=nb)
+    j = j_ref[0]
+    cols = jnp.arange(block_n)
+    in_cols = cols < n
+    i = (j - 1) % nb + 1 if finish_only else j % nb
+    partial_index = jnp.arange(pl.next_power_of_2(partials))
+    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], (j == 0) & (partial_index < partials)))
+    scale = jnp.where(j == 0, jnp.where(biggest > 0, biggest, 1.0), scale_ref[...])
+    pltriton.store(scale_ref, scale, mask=j == 0)
+    factor = jnp.where(j < nb, 1.0 / scale, 1.0)
+
+    @pl.when(i > 0)  # W's row for column j - 1
+    def _():
+        below = in_cols & (cols > j - 1)
+        p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+        v = _load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
+        panel_ref[nb + i - 1, :] = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, i - 1, **sizes)
+
+    _barrier(interpret)
+    if not finish_only:
+        v, _ = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
+        pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
+
+
+def _panel_product_kernel(j_ref, w_ref, scale_ref, _, panel_ref, *, n, block_n, rows_per_tile, nb):
+    """As the Triton port's `_panel_product_kernel`: p = A v_j below row j into the panel's row 2 nb,
+    programs (b, s) on row tiles s, s + P, ... (the grid is step 0's: later steps leave programs idle)."""
+    j = j_ref[0]
+    program, programs = pl.program_id(1), pl.num_programs(1)
+    cols = jnp.arange(block_n)
+    local = jnp.arange(rows_per_tile)
+    below = (cols < n) & (cols > j)
+    factor = jnp.where(j < nb, 1.0 / scale_ref[...], 1.0)
+    v = _load(panel_ref.at[j % nb, pl.ds(0, block_n)], below)
+    tiles = pl.cdiv(n - j - 1, rows_per_tile)
+
+    @pl.when(program < tiles)
+    def _():
+        @pl.loop(0, pl.cdiv(tiles - program, programs))  # zero-based: see _orthonormalize_kernel
+        def _(t):
+            r0 = j + 1 + (program + t * programs) * rows_per_tile
+            inside = (r0 + local) < n
+            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & below[None, :])
+            pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
+                           factor * jnp.sum(tile * v[None, :], axis=1), mask=inside)
+
+
+def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_per_tile, cols_per_tile, nb):
+    """As the Triton port's `_panel_update_kernel`: A -= V W^T + W V^T on the tile (r, c) of program
+    (b, r, c) below and right of the (full) panel ending at column last; the first panel also scales A."""
+    last = last_ref[0]
+    r0 = last + pl.program_id(1) * rows_per_tile
+    c0 = last + pl.program_id(2) * cols_per_tile
+    members = jnp.arange(nb)
+    inside = (r0 + jnp.arange(rows_per_tile)) < n
+    valid = (c0 + jnp.arange(cols_per_tile)) < n
+    v_rows, w_rows = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(r0, rows_per_tile)], inside[None, :])
+                      for part in (0, 1))  # nb x rows
+    v_cols, w_cols = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(c0, cols_per_tile)],
+                            (members < nb)[:, None] & valid[None, :]) for part in (0, 1))
+    tile_ref = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
+    mask = inside[:, None] & valid[None, :]
+    factor = jnp.where(last <= nb, 1.0 / scale_ref[...], 1.0)
+    update = _dot_ieee(v_rows.T, w_cols) + _dot_ieee(w_rows.T, v_cols)
+    pltriton.store(tile_ref, _load(tile_ref, mask) * factor - update, mask=mask)
 
 
 def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
@@ -734,7 +824,7 @@ def _per_matrix(*shape):
     return pl.BlockSpec((None, *shape), lambda b, *_: (b,) + (0,) * len(shape))
 
 
-def _reduce(a, single=None, *, interpret):
+def _reduce(a, single=None, panels=True, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
     ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing
@@ -776,12 +866,67 @@ def _reduce(a, single=None, *, interpret):
             interpret=interpret, name="eigh_tridiagonalize_blocked",
         )(partial, w)[:5]
     programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
+    if panels:
+        return _reduce_in_panels(w, partial, programs, interpret=interpret)
 
     def step(k, buffers):
         buffers = tridiagonalize(k, k + 1, buffers, reflect=True, update=False)
         return tridiagonalize(k, k + 1, buffers, reflect=False, update=True, programs=programs)
 
     return jax.lax.fori_loop(1, n, step, step(0, (w,)))[:5]
+
+
+def _reduce_in_panels(w, partial, programs, *, interpret):
+    """As the Triton port's multi-launch blocked path of `_reduce`, in a jax.lax.fori_loop over the
+    columns: (w, d, e, tau, scale). programs: the product's programs per matrix (step 0's)."""
+    batch, n, _ = w.shape
+    block_n = pl.next_power_of_2(n)
+    rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL
+    blocks = partial.shape[1]
+    shapes = ((n, n), (n,), (n,), (n,), (), (2 * nb + 1, block_n))  # w, d, e, tau, scale, panel
+    index = pl.BlockSpec((1,), lambda *_: (0,))
+    matrix, scalar, panel = _per_matrix(n, n), _per_matrix(), _per_matrix(2 * nb + 1, block_n)
+
+    def column(j, buffers, finish_only):
+        return pl.pallas_call(
+            functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks,
+                              finish_only=finish_only, interpret=interpret),
+            out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
+            in_specs=[index, _per_matrix(blocks)] + [_per_matrix(*shape) for shape in shapes],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={2 + i: i for i in range(6)},
+            compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
+            name="eigh_panel_column",
+        )(jnp.reshape(j, (1,)), partial, *buffers)
+
+    def product(j, w, scale, panel_buffer):
+        return pl.pallas_call(
+            functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=rows, nb=nb),
+            out_shape=_f32((batch, 2 * nb + 1, block_n)), grid=(batch, programs),
+            in_specs=[index, matrix, scalar, panel], out_specs=panel, input_output_aliases={3: 0},
+            compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_panel_product",
+        )(jnp.reshape(j, (1,)), w, scale, panel_buffer)
+
+    update_cols = min(block_n, PANEL_UPDATE_COLS)
+
+    def close(j, buffers):  # the panel ending at column j: its last W row, then the trailing update
+        w, d, e, tau, scale, panel_buffer = column(j, buffers, True)
+        w = pl.pallas_call(
+            functools.partial(_panel_update_kernel, n=n, rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=update_cols,
+                              nb=nb),
+            out_shape=_f32((batch, n, n)),
+            grid=(batch, pl.cdiv(n - nb, TRIDIAGONAL_ROWS), pl.cdiv(n - nb, update_cols)),  # the first panel's
+            in_specs=[index, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
+            compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_panel_update",
+        )(jnp.reshape(j, (1,)), scale, panel_buffer, w)
+        return w, d, e, tau, scale, panel_buffer
+
+    def column_step(j, buffers):
+        buffers = jax.lax.cond((j % nb == 0) & (j > 0), close, lambda _, b: b, j, buffers)
+        w, d, e, tau, scale, panel_buffer = column(j, buffers, False)
+        return w, d, e, tau, scale, product(j, w, scale, panel_buffer)
+
+    buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
+    return jax.lax.fori_loop(0, n, column_step, buffers)[:5]
 
 
 def _eigenvalues(d, e, scale, *, interpret):
