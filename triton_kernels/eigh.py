@@ -515,6 +515,20 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
 
 
 @triton.jit
+def _split_panel(x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N: tl.constexpr,
+                 PANEL: tl.constexpr):
+    """The split Gram-Schmidt kernels' common start for matrix b = program_id(0): its vectors x, the
+    columns and which are inside n, and the panel's clusters (`_panel_clusters`, from start_ptr[b])."""
+    matrix = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    values = values_ptr + matrix * n
+    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
+    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
+        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    return x_ptr + matrix * n * n, cols, cols < n, members, inside, cluster, first_cluster, continued, start, next_start
+
+
+@triton.jit
 def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
                                    panel, BLOCK_N: tl.constexpr, PANEL: tl.constexpr, FIRST_PASS: tl.constexpr):
     """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
@@ -524,13 +538,9 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, parti
     starts, or a later break."""
     matrix = tl.program_id(0).to(tl.int64)
     share, programs = tl.program_id(1), tl.num_programs(1)
-    cols = tl.arange(0, BLOCK_N)
-    valid = cols < n
     local = tl.arange(0, PANEL)
-    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
-    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
-    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
-        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    x, cols, valid, members, inside, cluster, first_cluster, continued, start, _ = _split_panel(
+        x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
     correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
     if continued:
         block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
@@ -549,13 +559,9 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partia
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; after the second pass it moves start_ptr on for the next panel."""
     matrix = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
-    valid = cols < n
     local = tl.arange(0, PANEL)
-    x, values = x_ptr + matrix * n * n, values_ptr + matrix * n
-    tolerance = _tolerance(values, tl.load(norm_ptr + matrix), cluster_gap, group_gap, n)
-    members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
-        values, panel, tl.load(start_ptr + matrix), tolerance, n, PANEL)
+    x, cols, valid, members, inside, cluster, first_cluster, continued, _, next_start = _split_panel(
+        x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
     block = _load_panel(x, members, inside, cols, valid, n, NORMALISE=FIRST_PASS)
     if continued:
         correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
