@@ -353,7 +353,8 @@ def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, fi
     j = j_ref[0]
     cols = jnp.arange(block_n)
     in_cols = cols < n
-    i = (j - 1) % nb + 1 if finish_only else j % nb
+    # lax.rem, not %: jnp.remainder of a loaded index fails Pallas's Triton lowering (jax 0.10, 0.11)
+    i = jax.lax.rem(j - 1, jnp.int32(nb)) + 1 if finish_only else jax.lax.rem(j, jnp.int32(nb))
     partial_index = jnp.arange(pl.next_power_of_2(partials))
     biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], (j == 0) & (partial_index < partials)))
     scale = jnp.where(j == 0, jnp.where(biggest > 0, biggest, 1.0), scale_ref[...])
@@ -382,7 +383,7 @@ def _panel_product_kernel(j_ref, w_ref, scale_ref, _, panel_ref, *, n, block_n, 
     local = jnp.arange(rows_per_tile)
     below = (cols < n) & (cols > j)
     factor = jnp.where(j < nb, 1.0 / scale_ref[...], 1.0)
-    v = _load(panel_ref.at[j % nb, pl.ds(0, block_n)], below)
+    v = _load(panel_ref.at[jax.lax.rem(j, jnp.int32(nb)), pl.ds(0, block_n)], below)
     tiles = pl.cdiv(n - j - 1, rows_per_tile)
 
     @pl.when(program < tiles)
