@@ -15,17 +15,17 @@ element is below eps. Sorting the eigenvalues is glue outside the kernel.
 n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
 T = H^T (A / max|A|) H (`_symmetrize_kernel`, then, the trailing matrix in global memory, either
 `_tridiagonalize_blocked_kernel`, one launch of one program per matrix in panels, or, by
-ports.eigh.one_launch, `_tridiagonalize_kernel`'s reflect and update parts as two launches per
-step, the update with several programs per matrix),
+ports.eigh.one_launch, the same panels over launches: a column and a product launch per column,
+the product with several programs per matrix, and a closing update launch per panel),
 bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
 (group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
 Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
 residual is above REPAIR_RESIDUAL eps ||T||, and the back-transformation Q = H Z. Its scratch
 buffers are pallas_call outputs, carried between launches through input_output_aliases. The
-differences: a pallas_call's grid is static, so the launches per step are a jax.lax.fori_loop
-over the step (an operand of the kernels) whose update launch keeps step 0's number of programs
-throughout, programs past the trailing matrix's last tile idling (the Triton port sizes each
-launch to its step; unrolling n launches in Python would compile for too long at n = 2048); the
+differences: a pallas_call's grid is static, so the launches per column are a jax.lax.fori_loop
+over the column (an operand of the kernels) whose product and update launches keep column 0's
+number of programs throughout, programs past the trailing matrix's last tile idling (the Triton
+port sizes each launch to its column; unrolling n launches in Python would compile for too long at n = 2048); the
 barriers (pltriton.debug_barrier) are left out under the interpreter, which has no lowering for
 them and runs each program in order; and the loads of what a program wrote itself carry no ".cg"
 cache modifier (this JAX's Triton lowering rejects every cache modifier).
@@ -41,7 +41,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS, PIVOT_FLOOR, PROGRAM_ROWS,
-                        REFLECTOR_BLOCK, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
                         GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
                         split_gram_schmidt, validate, vector_panel_warps)
 
@@ -175,76 +175,6 @@ def _householder(row, k, cols):
     v = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
     tau = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
     return v, tau, jnp.sum(jnp.where(cols == k, row, 0.0)), jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
-
-
-def _tridiagonalize_kernel(steps_ref, partial_ref, *refs, n, block_n, rows_per_tile, reflect, update, interpret):
-    """As the Triton port's `_tridiagonalize_kernel`: steps [steps[0], steps[1]) of the Householder
-    tridiagonalisation T = H^T (A / max|A|) H, one column each, the trailing matrix in w (global
-    memory). Step k in two parts: `reflect` (program 0 of each matrix) applies step k - 1's rank-2
-    update A -= v u^T + u v^T to row k, forms the reflector v_k, tau_k, d_k, e_k, and writes u_{k-1}
-    and v_k to work and, one step late, v_{k-1} into row k - 1 of w for the back-transformation;
-    `update` sweeps the trailing rows, rows_per_tile (the Triton port's ROWS) full rows at a time,
-    applying the update and storing p = A v_k: the programs (b, j) of matrix b take its row tiles
-    j, j + P, ... (P programs). work's rows 3 (k % 2) + 0, 1, 2 hold step k's v, u and p, so a step
-    reads the previous step's while writing its own. The first step scales by max|A| (from
-    partial[b, :]). w, d, e, tau, scale and work are outputs (the inputs after steps_ref and
-    partial_ref, where given, are aliased to them)."""
-    w_ref, d_ref, e_ref, tau_ref, scale_ref, work_ref = refs[-6:]
-    program, programs = pl.program_id(1), pl.num_programs(1)
-    cols = jnp.arange(block_n)
-    local = jnp.arange(rows_per_tile)
-    in_cols = cols < n
-    partials = pl.cdiv(n, rows_per_tile)
-    partial_index = jnp.arange(pl.next_power_of_2(partials))
-
-    def work_vector(row, mask):
-        return _load(work_ref.at[row, pl.ds(0, block_n)], mask)
-
-    @pl.loop(steps_ref[0], steps_ref[1])
-    def _(k):
-        previous, current = 3 * (1 - k % 2), 3 * (k % 2)  # work's rows of steps k - 1 and k
-        if reflect:
-            biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)],
-                                    (k == 0) & (partial_index < partials)))
-            scale = jnp.where(biggest > 0, biggest, 1.0)
-            pltriton.store(scale_ref, scale, mask=k == 0)
-            factor = jnp.where(k == 0, 1.0 / scale, 1.0)
-            v = work_vector(previous, (k > 0) & in_cols)
-            tau = jnp.where(k > 0, tau_ref[jnp.maximum(k - 1, 0)], 0.0)
-            p = tau * work_vector(previous + 2, (k > 0) & in_cols & (cols >= k))  # written for rows >= k only
-            u = p - (0.5 * tau * jnp.sum(p * v)) * v
-            work_ref[previous + 1, :] = u
-            row = _load(w_ref.at[k, pl.ds(0, block_n)], in_cols) * factor
-            row -= jnp.sum(jnp.where(cols == k, v, 0.0)) * u + jnp.sum(jnp.where(cols == k, u, 0.0)) * v
-            work_ref[current, :], tau_ref[k], d_ref[k], e_ref[k] = _householder(row, k, cols)
-            pltriton.store(w_ref.at[k - 1, pl.ds(0, block_n)], v, mask=(k > 0) & in_cols & (cols >= k))
-            _barrier(interpret)
-        if update:
-            tiles = pl.cdiv(n - k - 1, rows_per_tile)
-
-            @pl.when(program < tiles)  # the per-step grid is step 0's: later steps leave programs idle
-            def _():
-                factor = jnp.where(k == 0, 1.0 / scale_ref[...], 1.0)
-                v = work_vector(previous, (k > 0) & in_cols)
-                u = work_vector(previous + 1, (k > 0) & in_cols)
-                reflector = work_vector(current, in_cols)
-                below = in_cols & (cols > k)
-
-                @pl.loop(0, pl.cdiv(tiles - program, programs))  # zero-based: see _orthonormalize_kernel
-                def _(t):
-                    r0 = k + 1 + (program + t * programs) * rows_per_tile
-                    inside = (r0 + local) < n
-                    mask = inside[:, None] & below[None, :]
-                    tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
-                    tile = _load(tile_rows, mask) * factor
-                    v_rows = _load(work_ref.at[previous, pl.ds(r0, rows_per_tile)], inside & (k > 0))
-                    u_rows = _load(work_ref.at[previous + 1, pl.ds(r0, rows_per_tile)], inside & (k > 0))
-                    tile -= v_rows[:, None] * u[None, :] + u_rows[:, None] * v[None, :]
-                    pltriton.store(tile_rows, tile, mask=mask)
-                    pltriton.store(work_ref.at[current + 2, pl.ds(r0, rows_per_tile)],
-                                   jnp.sum(tile * reflector[None, :], axis=1), mask=inside)
-
-            _barrier(interpret)
 
 
 def _panel_tiles(panel_ref, used, *, n, block_n, nb):
@@ -758,62 +688,27 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         jax.lax.fori_loop(0, n, each_vector, 0)
 
 
-def _reflector(w_ref, k, *, n, block_n):
-    """Reflector v_k (row k of w, entries after k), zero for k >= n."""
-    cols = jnp.arange(block_n)
-    return _load(w_ref.at[k, pl.ds(0, block_n)], (k < n) & (cols > k) & (cols < n))
-
-
-def _reflector_blocks_kernel(w_ref, tau_ref, t_ref, *, n, block_n, nb):
-    """As the Triton port's `_reflector_blocks_kernel`: program (b, p), the triangular T of block p,
-    H_k0 ... H_k0+nb-1 = I - V T V^T (dlarft, forward, columnwise), into t_ref[p]."""
-    first = pl.program_id(1) * nb
-    cols = jnp.arange(block_n)
-    local = jnp.arange(nb)
-    ks = first + local
-    block = _load(w_ref.at[pl.ds(first, nb), pl.ds(0, block_n)],
-                  (ks < n)[:, None] & (cols[None, :] > ks[:, None]) & (cols < n)[None, :])
-    tau = _load(tau_ref.at[pl.ds(first, nb)], ks < n)
-    gram = jnp.zeros((nb, nb), jnp.float32)
-    for q in range(nb):
-        v = _reflector(w_ref, first + q, n=n, block_n=block_n)
-        gram = jnp.where(local[None, :] == q, jnp.sum(block * v[None, :], axis=1)[:, None], gram)
-    t = jnp.zeros((nb, nb), jnp.float32)
-    for i in range(nb):
-        tau_i = jnp.sum(jnp.where(local == i, tau, 0.0))
-        gram_i = jnp.sum(jnp.where((local[None, :] == i) & (local[:, None] < i), gram, 0.0), axis=1)
-        column = -tau_i * jnp.sum(t * gram_i[None, :], axis=1)
-        t = jnp.where(local[None, :] == i, jnp.where(local[:, None] < i, column[:, None],
-                                                     jnp.where(local[:, None] == i, tau_i, 0.0)), t)
-    t_ref[pl.program_id(1)] = t
-
-
-def _back_transform_kernel(w_ref, t_ref, z_ref, q_ref, *, n, block_n, vectors_per_program, nb):
+def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_per_program):
     """As the Triton port's `_back_transform_kernel`: program (b, block), Q[:, the block's
-    vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied nb at a
-    time, last block first: z -= ((z V) T^T) V^T (Z is [vector, element]; Q is written
+    vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied last first
+    to the vectors held in registers, each loaded a step ahead (Z is [vector, element]; Q is written
     [element, vector] through a transposed index)."""
     vectors = pl.program_id(1) * vectors_per_program + jnp.arange(vectors_per_program)
     cols = jnp.arange(block_n)
-    local = jnp.arange(nb)
     valid = cols < n
     mask = (vectors < n)[:, None] & valid[None, :]
     z = _load(z_ref.at[pl.ds(pl.program_id(1) * vectors_per_program, vectors_per_program), pl.ds(0, block_n)], mask)
-    blocks = pl.cdiv(n, nb)
 
-    def apply_block(step, z):
-        block = blocks - 1 - step
-        projections = jnp.zeros((vectors_per_program, nb), jnp.float32)  # z v_k for the block's reflectors
-        for q in range(nb):
-            v = _reflector(w_ref, block * nb + q, n=n, block_n=block_n)
-            projections = jnp.where(local[None, :] == q, jnp.sum(z * v[None, :], axis=1)[:, None], projections)
-        weights = jnp.sum(projections[:, None, :] * t_ref[block][None, :, :], axis=2)  # (z V) T^T
-        for q in range(nb):
-            v = _reflector(w_ref, block * nb + q, n=n, block_n=block_n)
-            z = z - jnp.sum(jnp.where(local[None, :] == q, weights, 0.0), axis=1)[:, None] * v[None, :]
-        return z
+    def reflector(k):  # (v_k, tau_k); zero for k < 0
+        row = jnp.maximum(k, 0)
+        return _load(w_ref.at[row, pl.ds(0, block_n)], valid & (cols > k) & (k >= 0)), tau_ref[row]
 
-    z = jax.lax.fori_loop(0, blocks, apply_block, z)
+    def reflect(t, carry):
+        z, (v, tau) = carry
+        following = reflector(n - 2 - t)
+        return z - (tau * jnp.sum(z * v[None, :], axis=1))[:, None] * v[None, :], following
+
+    z, _ = jax.lax.fori_loop(0, n, reflect, (z, reflector(n - 1)))
     pltriton.store(q_ref.at[cols[None, :], vectors[:, None]], z, mask=mask)
 
 
@@ -825,12 +720,10 @@ def _per_matrix(*shape):
     return pl.BlockSpec((None, *shape), lambda b, *_: (b,) + (0,) * len(shape))
 
 
-def _reduce(a, single=None, panels=True, *, interpret):
+def _reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh.one_launch); otherwise two launches per step, in a jax.lax.fori_loop over the step, the trailing
-    update with PROGRAM_ROWS rows per program at step 0 (a pallas_call's grid is static, so later steps leave
-    programs idle)."""
+    ports.eigh.one_launch); otherwise the same panels over launches (`_reduce_in_panels`)."""
     batch, n, _ = a.shape
     block_n = pl.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -841,40 +734,18 @@ def _reduce(a, single=None, panels=True, *, interpret):
         out_specs=(_per_matrix(n, n), _per_matrix(blocks)), compiler_params=pltriton.CompilerParams(num_warps=8),
         interpret=interpret, name="eigh_symmetrize",
     )(a)
-    shapes = ((n, n), (n,), (n,), (n,), (), (6, block_n))  # w, d, e, tau, scale, work
-
-    def tridiagonalize(first_step, last_step, buffers, *, reflect, update, programs=1):
-        """Steps [first_step, last_step) on the buffers (w alone before the first launch)."""
-        return pl.pallas_call(
-            functools.partial(_tridiagonalize_kernel, n=n, block_n=block_n, rows_per_tile=rows, reflect=reflect,
-                              update=update, interpret=interpret),
-            out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch, programs),
-            in_specs=[pl.BlockSpec((2,), lambda *_: (0,)), _per_matrix(blocks)]
-            + [_per_matrix(*shape) for shape in shapes[:len(buffers)]],
-            out_specs=tuple(_per_matrix(*shape) for shape in shapes),
-            input_output_aliases={2 + i: i for i in range(len(buffers))},
-            compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_tridiagonalize",
-        )(jnp.array([first_step, last_step], jnp.int32), partial, *buffers)
-
-    if one_launch(batch, n) if single is None else single:
-        return pl.pallas_call(
-            functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
-                              rows_per_tile=TRIDIAGONAL_ROWS, nb=TRIDIAGONAL_PANEL, interpret=interpret),
-            out_shape=tuple(_f32((batch, *shape)) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
-            grid=(batch,), in_specs=[_per_matrix(blocks), _per_matrix(n, n)],
-            out_specs=tuple(_per_matrix(*shape) for shape in shapes[:5] + ((2 * TRIDIAGONAL_PANEL + 1, block_n),)),
-            input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL_WARPS),
-            interpret=interpret, name="eigh_tridiagonalize_blocked",
-        )(partial, w)[:5]
-    programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # step 0's, the most
-    if panels:
+    if not (one_launch(batch, n) if single is None else single):
+        programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # column 0's, the most
         return _reduce_in_panels(w, partial, programs, interpret=interpret)
-
-    def step(k, buffers):
-        buffers = tridiagonalize(k, k + 1, buffers, reflect=True, update=False)
-        return tridiagonalize(k, k + 1, buffers, reflect=False, update=True, programs=programs)
-
-    return jax.lax.fori_loop(1, n, step, step(0, (w,)))[:5]
+    shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n))  # w, d, e, tau, scale, panel
+    return pl.pallas_call(
+        functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
+                          rows_per_tile=TRIDIAGONAL_ROWS, nb=TRIDIAGONAL_PANEL, interpret=interpret),
+        out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
+        in_specs=[_per_matrix(blocks), _per_matrix(n, n)], out_specs=tuple(_per_matrix(*shape) for shape in shapes),
+        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL_WARPS),
+        interpret=interpret, name="eigh_tridiagonalize_blocked",
+    )(partial, w)[:5]
 
 
 def _reduce_in_panels(w, partial, programs, *, interpret):
@@ -1030,20 +901,13 @@ def _back_transform(w, tau, z, *, interpret):
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     cols = max(1, min(32, TILE // block_n))
-    blocks = pl.cdiv(n, REFLECTOR_BLOCK)
-    matrix, factors = _per_matrix(n, n), _per_matrix(blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK)
-    params = pltriton.CompilerParams(num_warps=8)
-    t = pl.pallas_call(
-        functools.partial(_reflector_blocks_kernel, n=n, block_n=block_n, nb=REFLECTOR_BLOCK),
-        out_shape=_f32((batch, blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK)), grid=(batch, blocks),
-        in_specs=[matrix, _per_matrix(n)], out_specs=factors, compiler_params=params, interpret=interpret,
-        name="eigh_reflector_blocks",
-    )(w, tau)
+    matrix = _per_matrix(n, n)
     return pl.pallas_call(
-        functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols, nb=REFLECTOR_BLOCK),
-        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, factors, matrix],
-        out_specs=matrix, compiler_params=params, interpret=interpret, name="eigh_back_transform",
-    )(w, t, z)
+        functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols),
+        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, _per_matrix(n), matrix],
+        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
+        name="eigh_back_transform",
+    )(w, tau, z)
 
 
 def _tridiagonal(a, *, interpret):

@@ -327,11 +327,11 @@ TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x p
 TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
 TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
 TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
-PROGRAM_ROWS = 16  # trailing rows per program in the tridiagonalisation's per-step launches
-PANEL_UPDATE_COLS = 128  # columns per program of the per-panel trailing update (branch, not yet timed)
+PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
+PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
-# too little work per step to pay for two launches a step
+# too little work per column to pay for two launches a column
 ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V's and W's 16 x padded-n panels in shared
 # memory, 256 KB at a padded 2048, beyond the H200's 227 KB a program (compiled for sm_90: 134 KB at 1024, 518 at 4096)
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
@@ -340,7 +340,6 @@ SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAM
 GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
 # program count not swept, results/h200/NOTES.md)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
-REFLECTOR_BLOCK = 16  # Householder reflectors applied together in the back-transformation (not yet timed)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
 INVERSE_ITERATIONS = 3  # with the repair below, 3 and 4 rounds both left no failure over 6 varied inputs of each

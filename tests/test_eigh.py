@@ -168,7 +168,7 @@ def tridiagonal_stage(port, name):
     return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
 
 
-@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "launch-per-step"])
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "over-launches"])
 @pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
 @pytest.mark.parametrize("port", PORTS)
 def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch):

@@ -21,9 +21,10 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
 1. `_symmetrize_kernel`, then Householder reflectors T = H^T (A / max|A|) H, the trailing matrix
    in global memory. A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one
    launch, one program per matrix, in panels (read once per column, written once per panel);
-   otherwise `_tridiagonalize_kernel` runs each step as two launches, the second sharing the
-   trailing matrix's rows among many programs (read and written once per column;
-   `ports.eigh.one_launch`).
+   otherwise the same panels run over launches (`ports.eigh.one_launch`): per column,
+   `_panel_column_kernel` (one program a matrix) forms the reflector and `_panel_product_kernel`
+   shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
+   trailing update.
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
@@ -45,7 +46,7 @@ import triton.language as tl
 
 from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS, PIVOT_FLOOR, PROGRAM_ROWS,
-                        REFLECTOR_BLOCK, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
+                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
                         GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
                         split_gram_schmidt, validate, vector_panel_warps)
 
@@ -136,70 +137,19 @@ def _householder(row, k, cols):
     return v, tau, tl.sum(tl.where(cols == k, row, 0.0)), tl.where(trivial, alpha, beta)  # e[n - 1] = 0
 
 
-@triton.jit(do_not_specialize=["first_step", "last_step"])  # one compiled kernel for every step
-def _tridiagonalize_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, work_ptr, n, first_step, last_step,
-                           partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
-                           REFLECT: tl.constexpr, UPDATE: tl.constexpr):
-    """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), steps
-    first_step .. last_step - 1 of one column each, the trailing matrix in w (global memory).
-    Step k in two parts: REFLECT (program 0 of each matrix) applies step k - 1's rank-2 update
-    A -= v u^T + u v^T to row k, forms the reflector v_k (v_k[k + 1] = 1), tau_k, d_k, e_k, and
-    writes u_{k-1} and v_k to work and, one step late, v_{k-1} into row k - 1 of w (no program
-    reads that row any more) for the back-transformation; UPDATE sweeps the trailing rows, ROWS
-    full rows at a time, applying the update and accumulating p = A v_k: each step reads and
-    writes the trailing matrix once. The programs (b, j) of matrix b share its row tiles j, j + P,
-    ... (P programs). work holds v, u and p twice, one set per parity of the step, so a step reads
-    the previous step's while writing its own. The launcher runs each part in its own launch,
-    UPDATE with many programs per matrix, for batches too small to fill the GPU with one program
-    a matrix; otherwise `_tridiagonalize_blocked_kernel`. The first step scales by max|A|
-    (from partial[b, :partials]): no overflow or underflow at the extreme magnitudes."""
-    matrix = tl.program_id(0).to(tl.int64)
-    program, programs = tl.program_id(1), tl.num_programs(1)
-    cols = tl.arange(0, BLOCK_N)
-    local = tl.arange(0, ROWS)
-    in_cols = cols < n
-    w, work = w_ptr + matrix * n * n, work_ptr + matrix * 6 * BLOCK_N
-    for k in range(first_step, last_step):
-        previous, current = work + ((k + 1) % 2) * 3 * BLOCK_N, work + (k % 2) * 3 * BLOCK_N  # v, u, p each
-        if REFLECT:
-            biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
-                                     mask=(k == 0) & (tl.arange(0, PARTIALS) < partials), other=0.0), axis=0)
-            tl.store(scale_ptr + matrix, tl.where(biggest > 0, biggest, 1.0), mask=k == 0)
-            factor = tl.where(k == 0, 1.0 / tl.where(biggest > 0, biggest, 1.0), 1.0)
-            v = tl.load(previous + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
-            tau = tl.load(tau_ptr + matrix * n + k - 1, mask=k > 0, other=0.0)
-            p = tau * tl.load(previous + 2 * BLOCK_N + cols, mask=(k > 0) & in_cols & (cols >= k), other=0.0,
-                              cache_modifier=".cg")  # written for rows >= k only
-            update = p - (0.5 * tau * tl.sum(p * v)) * v
-            tl.store(previous + BLOCK_N + cols, update)
-            row = tl.load(w + k * n + cols, mask=in_cols, other=0.0, cache_modifier=".cg") * factor
-            row -= tl.sum(tl.where(cols == k, v, 0.0)) * update + tl.sum(tl.where(cols == k, update, 0.0)) * v
-            reflector, tau, diagonal, off = _householder(row, k, cols)
-            tl.store(current + cols, reflector)
-            tl.store(d_ptr + matrix * n + k, diagonal)
-            tl.store(e_ptr + matrix * n + k, off)
-            tl.store(tau_ptr + matrix * n + k, tau)
-            tl.store(w + (k - 1) * n + cols, v, mask=(k > 0) & in_cols & (cols >= k))
-            tl.debug_barrier()
-        if UPDATE:
-            factor = tl.where(k == 0, 1.0 / tl.load(scale_ptr + matrix), 1.0)
-            v = tl.load(previous + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
-            update = tl.load(previous + BLOCK_N + cols, mask=(k > 0) & in_cols, other=0.0, cache_modifier=".cg")
-            reflector = tl.load(current + cols, mask=in_cols, other=0.0, cache_modifier=".cg")
-            below = in_cols & (cols > k)
-            tiles = tl.cdiv(n - k - 1, ROWS)
-            for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
-                rows = k + 1 + (program + t * programs) * ROWS + local
-                inside = rows < n
-                ptrs = w + rows[:, None] * n + cols[None, :]
-                mask = inside[:, None] & below[None, :]
-                tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
-                v_rows = tl.load(previous + rows, mask=inside & (k > 0), other=0.0, cache_modifier=".cg")
-                u_rows = tl.load(previous + BLOCK_N + rows, mask=inside & (k > 0), other=0.0, cache_modifier=".cg")
-                tile -= v_rows[:, None] * update[None, :] + u_rows[:, None] * v[None, :]
-                tl.store(ptrs, tile, mask=mask)
-                tl.store(current + 2 * BLOCK_N + rows, tl.sum(tile * reflector[None, :], axis=1), mask=inside)
-            tl.debug_barrier()
+@triton.jit
+def _panel_rows(panel_ptr, matrix, NB: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Matrix's panel buffer [2 NB + 1, BLOCK_N]: pointers to its V rows, W rows and p."""
+    vs = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N
+    return vs, vs + NB * BLOCK_N, vs + 2 * NB * BLOCK_N
+
+
+@triton.jit
+def _scale(partial_ptr, matrix, partials, PARTIALS: tl.constexpr):
+    """max|A| from the symmetrisation's per-program maxima (1 for a zero matrix)."""
+    index = tl.arange(0, PARTIALS)
+    biggest = tl.max(tl.load(partial_ptr + matrix * partials + index, mask=index < partials, other=0.0), axis=0)
+    return tl.where(biggest > 0, biggest, 1.0)
 
 
 @triton.jit
@@ -244,25 +194,25 @@ def _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N: tl.constexpr):
 def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
                                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                                    NB: tl.constexpr):
-    """The same reduction, blocked as LAPACK's dsytrd/dlatrd: program b takes the columns in panels
-    of NB. Column j of a panel is first brought up to date with the panel's earlier reflectors
-    (row j -= sum_q v_q[j] w_q + w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j
-    - V W^T v_j - W V^T v_j) minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's
-    start: each column reads the trailing matrix once (p = A v_j, ROWS rows at a time) and
+    """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), blocked as
+    LAPACK's dsytrd/dlatrd, the trailing matrix in w (global memory): program b takes the columns
+    in panels of NB. Reflector v_j has v_j[j + 1] = 1; it is stored in row j of w (no later column
+    reads that row) for the back-transformation, with tau_j, d_j and e_j. Column j of a panel is
+    first brought up to date with the panel's earlier reflectors (row j -= sum_q v_q[j] w_q +
+    w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j)
+    minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads the trailing matrix once (p = A v_j, ROWS rows at a time) and
     writes nothing; the panel's end applies A -= V W^T + W V^T to the trailing matrix below it,
     one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds
-    the panel's V and W rows and p. The first panel scales by 1 / max|A| as it reads."""
+    the panel's V and W rows and p. The first panel scales by 1 / max|A| (from partial[b, :partials])
+    as it reads: no overflow or underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
     members = tl.arange(0, NB)
     in_cols = cols < n
     w = w_ptr + matrix * n * n
-    vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
-    p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
-    biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
-                             mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
-    scale = tl.where(biggest > 0, biggest, 1.0)
+    vs, ws, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
+    scale = _scale(partial_ptr, matrix, partials, PARTIALS)
     tl.store(scale_ptr + matrix, scale)
     for panel in range(0, tl.cdiv(n, NB)):
         factor = tl.where(panel == 0, 1.0 / scale, 1.0)
@@ -316,13 +266,10 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
     members = tl.arange(0, NB)
     in_cols = cols < n
     w = w_ptr + matrix * n * n
-    vs, ws = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N, panel_ptr + (matrix * (2 * NB + 1) + NB) * BLOCK_N
-    p_buffer = panel_ptr + (matrix * (2 * NB + 1) + 2 * NB) * BLOCK_N
+    vs, ws, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
     i = (j - 1) % NB + 1 if FINISH_ONLY else j % NB
     if j == 0:
-        biggest = tl.max(tl.load(partial_ptr + matrix * partials + tl.arange(0, PARTIALS),
-                                 mask=tl.arange(0, PARTIALS) < partials, other=0.0), axis=0)
-        tl.store(scale_ptr + matrix, tl.where(biggest > 0, biggest, 1.0))
+        tl.store(scale_ptr + matrix, _scale(partial_ptr, matrix, partials, PARTIALS))
         tl.debug_barrier()
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
     if i > 0:  # W's row for column j - 1
@@ -745,66 +692,31 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
 
 
 @triton.jit
-def _reflector_blocks_kernel(w_ptr, tau_ptr, t_ptr, n, BLOCK_N: tl.constexpr, NB: tl.constexpr):
-    """Program (b, p): the upper triangular T of block p, H_k0 H_k0+1 ... H_k0+NB-1 = I - V T V^T
-    (LAPACK's dlarft, forward and columnwise; k0 = p NB, V's columns the reflectors v_k, rows k of
-    w): T_ii = tau_i, T[:i, i] = -tau_i T[:i, :i] (V^T V)[:i, i]. A reflector past n, or with
-    tau = 0, gives a zero row and column."""
-    matrix = tl.program_id(0).to(tl.int64)
-    first = tl.program_id(1) * NB
-    cols = tl.arange(0, BLOCK_N)
-    local = tl.arange(0, NB)
-    ks = first + local
-    w = w_ptr + matrix * n * n
-    block = tl.load(w + ks[:, None] * n + cols[None, :], mask=(ks < n)[:, None] & (cols[None, :] > ks[:, None])
-                    & (cols < n)[None, :], other=0.0)
-    tau = tl.load(tau_ptr + matrix * n + ks, mask=ks < n, other=0.0)
-    gram = tl.zeros((NB, NB), tl.float32)
-    for q in tl.static_range(NB):
-        k = first + q + 0 * cols  # a vector: the interpreter rejects a scalar mask
-        v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & (cols < n), other=0.0)
-        gram = tl.where(local[None, :] == q, tl.sum(block * v[None, :], axis=1)[:, None], gram)
-    t = tl.zeros((NB, NB), tl.float32)
-    for i in tl.static_range(NB):
-        tau_i = tl.sum(tl.where(local == i, tau, 0.0))
-        gram_i = tl.sum(tl.where((local[None, :] == i) & (local[:, None] < i), gram, 0.0), axis=1)  # (V^T v_i)[:i]
-        column = -tau_i * tl.sum(t * gram_i[None, :], axis=1)
-        t = tl.where(local[None, :] == i, tl.where(local[:, None] < i, column[:, None],
-                                                   tl.where(local[:, None] == i, tau_i, 0.0)), t)
-    tl.store(t_ptr + (matrix * tl.num_programs(1) + tl.program_id(1)) * NB * NB + local[:, None] * NB
-             + local[None, :], t)
+def _reflector(w, tau_row, k, cols, valid, n):
+    """(v_k, tau_k) of one matrix (w its reflector rows, tau_row its taus); zero for k < 0."""
+    row = tl.maximum(k, 0)
+    return (tl.load(w + row * n + cols, mask=valid & (cols > tl.where(k < 0, n, k)), other=0.0),
+            tl.load(tau_row + row))
 
 
 @triton.jit
-def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
-                           NB: tl.constexpr):
+def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
     """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
-    applied to the vectors held in registers a block of NB at a time, last block first: z -= ((z V)
-    T^T) V^T with T from `_reflector_blocks_kernel`. The NB projections z v_k of a block are
-    independent, so their reductions overlap instead of waiting one for the other (Z is
-    [batch, vector, n]; Q is written [batch, n, vector])."""
+    applied last first to the vectors held in registers, each loaded a step ahead so that its load
+    overlaps the step before (30 ms at 640x512 against 34; Z is [batch, vector, n]; Q is written
+    [batch, n, vector])."""
     matrix = tl.program_id(0).to(tl.int64)
     vectors = tl.program_id(1) * COLS + tl.arange(0, COLS)
     cols = tl.arange(0, BLOCK_N)
-    local = tl.arange(0, NB)
     valid = cols < n
     mask = (vectors < n)[:, None] & valid[None, :]
-    w = w_ptr + matrix * n * n
-    blocks = tl.cdiv(n, NB)
+    w, tau_row = w_ptr + matrix * n * n, tau_ptr + matrix * n
     z = tl.load(z_ptr + matrix * n * n + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
-    for step in range(0, blocks):
-        block = blocks - 1 - step
-        projections = tl.zeros((COLS, NB), tl.float32)  # z v_k for the block's reflectors
-        for q in tl.static_range(NB):
-            k = block * NB + q + 0 * cols
-            v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & valid, other=0.0)
-            projections = tl.where(local[None, :] == q, tl.sum(z * v[None, :], axis=1)[:, None], projections)
-        t = tl.load(t_ptr + (matrix * blocks + block) * NB * NB + local[:, None] * NB + local[None, :])
-        weights = tl.sum(projections[:, None, :] * t[None, :, :], axis=2)  # (z V) T^T
-        for q in tl.static_range(NB):
-            k = block * NB + q + 0 * cols
-            v = tl.load(w + k * n + cols, mask=(k < n) & (cols > k) & valid, other=0.0)
-            z -= tl.sum(tl.where(local[None, :] == q, weights, 0.0), axis=1)[:, None] * v[None, :]
+    v, tau = _reflector(w, tau_row, n - 1, cols, valid, n)
+    for t in range(n):
+        following, following_tau = _reflector(w, tau_row, n - 2 - t, cols, valid, n)
+        z -= (tau * tl.sum(z * v[None, :], axis=1))[:, None] * v[None, :]
+        v, tau = following, following_tau
     tl.store(q_ptr + matrix * n * n + cols[None, :] * n + vectors[:, None], z, mask=mask)
 
 
@@ -821,52 +733,40 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
-def _reduce(a: torch.Tensor, single: bool | None = None, panels: bool = True):
+def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh.one_launch); otherwise, with panels, the same blocking over launches (two a column, each
-    column's product p = A v_j over many programs, two more a panel); without, two launches per step, each
-    reading and writing the trailing matrix (kept on this branch to time against the panels)."""
+    ports.eigh.one_launch); otherwise the same blocking over launches: two a column (the column's product
+    p = A v_j over many programs, PROGRAM_ROWS rows each), two more a panel."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
     rows = max(1, TILE // block_n)
     blocks = triton.cdiv(n, rows)
-    w, work, partial = _empty(batch, n, n, device=a.device), _empty(batch, 6, block_n, device=a.device), _empty(
-        batch, blocks, device=a.device)
+    w, partial = _empty(batch, n, n, device=a.device), _empty(batch, blocks, device=a.device)
     d, e, tau = (_empty(batch, n, device=a.device) for _ in range(3))
     scale = _empty(batch, device=a.device)
+    panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
     _symmetrize_kernel[(batch, blocks)](a, w, partial, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
-    args = (w, d, e, tau, scale, partial, work, n)
-    meta = dict(partials=blocks, BLOCK_N=block_n, ROWS=rows, PARTIALS=triton.next_power_of_2(blocks), num_warps=8)
     if one_launch(batch, n) if single is None else single:
-        panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
                                                  ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, num_warps=TRIDIAGONAL_WARPS)
-    elif panels:
-        panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
-        tiles_per_program = max(1, PROGRAM_ROWS // rows)
-        column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                      num_warps=vector_panel_warps(block_n))
-        for j in range(n):
-            if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
-                _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=True,
-                                               **column)
-                update_cols = min(block_n, PANEL_UPDATE_COLS)
-                grid = (batch, triton.cdiv(n - j, TRIDIAGONAL_ROWS), triton.cdiv(n - j, update_cols))
-                _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL_ROWS,
-                                           COLS=update_cols, NB=TRIDIAGONAL_PANEL, num_warps=4)
-            _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=False,
+        return w, d, e, tau, scale
+    tiles_per_program = max(1, PROGRAM_ROWS // rows)
+    column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
+                  num_warps=vector_panel_warps(block_n))
+    update_cols = min(block_n, PANEL_UPDATE_COLS)
+    for j in range(n):
+        if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
+            _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=True,
                                            **column)
-            programs = max(1, triton.cdiv(triton.cdiv(n - j - 1, rows), tiles_per_program))
-            _panel_product_kernel[(batch, programs)](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=rows,
-                                                     NB=TRIDIAGONAL_PANEL, num_warps=8)
-    else:
-        tiles_per_program = max(1, PROGRAM_ROWS // rows)
-        for k in range(n):
-            _tridiagonalize_kernel[(batch, 1)](*args, k, k + 1, REFLECT=True, UPDATE=False, **meta)
-            programs = max(1, triton.cdiv(triton.cdiv(n - k - 1, rows), tiles_per_program))
-            _tridiagonalize_kernel[(batch, programs)](*args, k, k + 1, REFLECT=False, UPDATE=True, **meta)
+            grid = (batch, triton.cdiv(n - j, TRIDIAGONAL_ROWS), triton.cdiv(n - j, update_cols))
+            _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL_ROWS, COLS=update_cols,
+                                       NB=TRIDIAGONAL_PANEL, num_warps=4)
+        _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=False, **column)
+        programs = max(1, triton.cdiv(triton.cdiv(n - j - 1, rows), tiles_per_program))
+        _panel_product_kernel[(batch, programs)](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=rows,
+                                                 NB=TRIDIAGONAL_PANEL, num_warps=8)
     return w, d, e, tau, scale
 
 
@@ -934,11 +834,7 @@ def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     q, cols = _empty(batch, n, n, device=z.device), max(1, min(32, TILE // block_n))
-    blocks = triton.cdiv(n, REFLECTOR_BLOCK)
-    t = _empty(batch, blocks, REFLECTOR_BLOCK, REFLECTOR_BLOCK, device=z.device)
-    _reflector_blocks_kernel[(batch, blocks)](w, tau, t, n, BLOCK_N=block_n, NB=REFLECTOR_BLOCK, num_warps=8)
-    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, t, z, q, n, BLOCK_N=block_n, COLS=cols,
-                                                          NB=REFLECTOR_BLOCK, num_warps=8)
+    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols, num_warps=8)
     return q
 
 
