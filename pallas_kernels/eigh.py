@@ -39,11 +39,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import (BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
-                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS, PIVOT_FLOOR, PROGRAM_ROWS,
-                        REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS,
-                        GRAM_SCHMIDT_PROGRAMS, check_offsets, jacobi_size, jacobi_warps, one_launch,
-                        split_gram_schmidt, validate, vector_panel_warps)
+from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
+                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS,
+                        PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
+                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, back_transform_warps, check_offsets, jacobi_size,
+                        jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -900,12 +900,13 @@ def _back_transform(w, tau, z, *, interpret):
     """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
-    cols = max(1, min(32, TILE // block_n))
+    cols = BACK_TRANSFORM_VECTORS
     matrix = _per_matrix(n, n)
     return pl.pallas_call(
         functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols),
         out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, _per_matrix(n), matrix],
-        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret,
+        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=back_transform_warps(block_n)),
+        interpret=interpret,
         name="eigh_back_transform",
     )(w, tau, z)
 

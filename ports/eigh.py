@@ -323,7 +323,7 @@ JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copie
 # 10 eps ||T|| left a 512 x 512 geometric spectrum at orthogonality 250 to 690 (gate 100), no
 # shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
-TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n, vectors x padded n)
+TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n)
 TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
 TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
 TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
@@ -339,6 +339,7 @@ SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SC
 SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
 GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
 # program count not swept, results/h200/NOTES.md)
+BACK_TRANSFORM_VECTORS = 8  # eigenvectors per program of the back-transformation (see back_transform_warps)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
@@ -387,6 +388,15 @@ def vector_panel_warps(block_n: int) -> int:
     """Warps per program for the kernels that sweep a matrix's vectors PANEL rows of block_n at a time (the
     clusters' Gram-Schmidt and the repair): one per 64 elements of a row, 4 to 16."""
     return min(16, max(4, block_n // 64))
+
+
+def back_transform_warps(block_n: int) -> int:
+    """Warps per program of the back-transformation (BACK_TRANSFORM_VECTORS vectors of padded length block_n): 2 up
+    to 1024, then one per 512 elements, so each thread holds at most 128 of the vectors' elements and each step's
+    reduction spans few warps. H200, swept over 2 to 16 warps and 4 to 64 vectors at 40x352, 640x512, 60x1024 and
+    8x2048: 8 vectors on 2 warps (4 at 2048) took 17.3, 12.6 and 14.0 ms where 16 to 32 vectors on 8 warps took 30.0,
+    21.2 and 19.4; 256 elements a thread spilled (10 to 20 times slower)."""
+    return max(2, block_n // 512)
 
 
 def jacobi_warps(size: int) -> int:
