@@ -6,6 +6,7 @@ n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's
 CUDA), and three tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
 Gram-Schmidt, the repair of spoiled vectors).
 """
+import functools
 import importlib
 
 import numpy as np
@@ -304,3 +305,16 @@ def test_port_on_gpu_test_cases(port, case):
     a = spec.make_inputs(case, case["seed"], DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernels themselves")
+@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512)], ids=["jacobi", "one-launch", "over-launches"])
+def test_pallas_port_lowers_for_cuda(batch, n):
+    # Without a GPU the kernels run in the interpreter, which skips the lowering to Triton IR; some
+    # code it runs fails there (jnp's % of an index loaded from a ref). Lowering for CUDA needs no GPU.
+    jax = pytest.importorskip("jax")
+    from pallas_kernels import eigh as pallas_eigh
+    a = jax.numpy.zeros((batch, n, n), jax.numpy.float32)
+    lowered = jax.jit(functools.partial(pallas_eigh._eigh, interpret=False)).trace(a).lower(
+        lowering_platforms=("cuda",))
+    assert "triton" in lowered.as_text()
