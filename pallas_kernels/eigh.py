@@ -153,7 +153,7 @@ def _load(ref, mask, other=0.0):
 def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
     """As the Triton port's `_symmetrize_kernel`: program (b, block), rows [block R, (block + 1) R)
     (R = rows_per_tile) of w = (A + A^T) / 2, and their max |A| in partial[b, block] (the
-    tridiagonalisation's first step scales by the largest)."""
+    tridiagonalisation's first panel scales by the largest)."""
     block = pl.program_id(1)
     r0 = block * rows_per_tile
     rows, cols = r0 + jnp.arange(rows_per_tile), jnp.arange(block_n)
@@ -306,7 +306,7 @@ def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, fi
 
 def _panel_product_kernel(j_ref, w_ref, scale_ref, _, panel_ref, *, n, block_n, rows_per_tile, nb):
     """As the Triton port's `_panel_product_kernel`: p = A v_j below row j into the panel's row 2 nb,
-    programs (b, s) on row tiles s, s + P, ... (the grid is step 0's: later steps leave programs idle)."""
+    programs (b, s) on row tiles s, s + P, ... (the grid is column 0's: later columns leave programs idle)."""
     j = j_ref[0]
     program, programs = pl.program_id(1), pl.num_programs(1)
     cols = jnp.arange(block_n)
@@ -750,7 +750,7 @@ def _reduce(a, single=None, *, interpret):
 
 def _reduce_in_panels(w, partial, programs, *, interpret):
     """As the Triton port's multi-launch blocked path of `_reduce`, in a jax.lax.fori_loop over the
-    columns: (w, d, e, tau, scale). programs: the product's programs per matrix (step 0's)."""
+    columns: (w, d, e, tau, scale). programs: the product's programs per matrix (column 0's)."""
     batch, n, _ = w.shape
     block_n = pl.next_power_of_2(n)
     rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL

@@ -366,7 +366,7 @@ def check_offsets(batch: int, size: int) -> None:
 
 
 def one_launch(batch: int, n: int) -> bool:
-    """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than two launches a step."""
+    """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than over launches."""
     return (batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N) and n <= ONE_LAUNCH_MAX_N
 
 

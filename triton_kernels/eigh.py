@@ -110,7 +110,7 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
 @triton.jit
 def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
     """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, and their max |A| in
-    partial[b, block] (the tridiagonalisation's first step scales by the largest)."""
+    partial[b, block] (the tridiagonalisation's first panel scales by the largest)."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
@@ -200,11 +200,12 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     reads that row) for the back-transformation, with tau_j, d_j and e_j. Column j of a panel is
     first brought up to date with the panel's earlier reflectors (row j -= sum_q v_q[j] w_q +
     w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j)
-    minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads the trailing matrix once (p = A v_j, ROWS rows at a time) and
-    writes nothing; the panel's end applies A -= V W^T + W V^T to the trailing matrix below it,
-    one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds
-    the panel's V and W rows and p. The first panel scales by 1 / max|A| (from partial[b, :partials])
-    as it reads: no overflow or underflow at the extreme magnitudes."""
+    minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads
+    the trailing matrix once (p = A v_j, ROWS rows at a time) and writes nothing; the panel's end
+    applies A -= V W^T + W V^T to the trailing matrix below it, one read and one write a panel
+    instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
+    The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
+    underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
@@ -703,8 +704,8 @@ def _reflector(w, tau_row, k, cols, valid, n):
 def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
     """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
     applied last first to the vectors held in registers, each loaded a step ahead so that its load
-    overlaps the step before (30 ms at 640x512 against 34, 8 vectors on 8 warps; Z is [batch, vector, n]; Q is written
-    [batch, n, vector])."""
+    overlaps the step before (Z is [batch, vector, n]; Q is written [batch, n, vector]). Few
+    vectors on few warps (`ports.eigh.back_transform_warps`) keep each step's reduction short."""
     matrix = tl.program_id(0).to(tl.int64)
     vectors = tl.program_id(1) * COLS + tl.arange(0, COLS)
     cols = tl.arange(0, BLOCK_N)
