@@ -157,3 +157,16 @@ def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
 def test_tiling_gives_about_a_program_per_sm(m, n, tiles):
     chosen = spec.matmul_tiling(m, n)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernel itself")
+@pytest.mark.parametrize("m", [1, 256])
+def test_pallas_port_lowers_for_cuda(m):
+    # Interpret mode never lowers to Triton IR; lowering for CUDA needs no GPU and catches what the GPU would reject.
+    jax = pytest.importorskip("jax")
+    from pallas_kernels.matmul import _matmul
+    tile_m = spec.matmul_tiling(m, 4096).tile_m
+    a = jax.numpy.zeros((-(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # matmul pads M to a whole tile
+    b = jax.numpy.zeros((4096, 4096), jax.numpy.bfloat16)
+    lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))
+    assert "triton" in lowered.as_text()

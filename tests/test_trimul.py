@@ -258,3 +258,14 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
     varied, expected = spec.vary(data, spec.reference(data), torch.Generator().manual_seed(3))
     assert not torch.equal(varied[0], data[0])
     assert torch.allclose(expected, spec.reference(varied), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels themselves")
+def test_pallas_port_lowers_for_cuda():
+    # Interpret mode never lowers to Triton IR; lowering for CUDA needs no GPU and catches what the GPU would reject.
+    jax = pytest.importorskip("jax")
+    from pallas_kernels.trimul import _trimul
+    x, mask, weights, config = to_framework("jax", spec.make_inputs(SMOKE[0], 1, "cpu"))
+    lowered = _trimul.trace(x, mask, weights, hidden=config["hidden_dim"], interpret=False).lower(
+        lowering_platforms=("cuda",))
+    assert "triton" in lowered.as_text()
