@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compare.kernel_times import profiled_calls
-from ports import Implementation, Workload, first_difference, to_framework, to_torch
+from ports import Implementation, Workload, first_difference, get_workload, to_framework, to_torch
 
 # Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
 CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
@@ -212,6 +212,27 @@ def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
     if not index.isdigit() or int(index) >= len(cases):
         raise ValueError(f"case index {index!r} out of range for {name} (0..{len(cases) - 1})")
     return [(name, cases[int(index)])]
+
+
+def one_case_arguments(prog: str, description: str, case_default: str, impl_default: str, impl_help: str):
+    """The argument parser of the one-case tools (kernel_times, hopper_compile): WORKLOAD, --case, --impl."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload")
+    parser.add_argument("--case", default=case_default, help=f"SET:INDEX, e.g. bench:6 (default {case_default})")
+    parser.add_argument("--impl", default=impl_default, help=f"{impl_help} (default {impl_default})")
+    return parser
+
+
+def one_case(workload_name: str, spec: str):
+    """(workload, case) for a one-case tool's WORKLOAD and --case SET:INDEX; KeyError or ValueError if unknown."""
+    workload = get_workload(workload_name)
+    if ":" not in spec:
+        raise ValueError(f"one case is needed, got {spec!r}")
+    [(_, case)] = select_cases(workload, spec)
+    return workload, case
 
 
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,

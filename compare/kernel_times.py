@@ -8,7 +8,6 @@ on one input set; the table gives each kernel's mean time per call.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import defaultdict
@@ -40,27 +39,22 @@ def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare.kernel_times", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workload")
-    parser.add_argument("--case", default="bench:0", help="SET:INDEX, e.g. bench:6 (default bench:0)")
-    parser.add_argument("--impl", default="triton,pallas", help="comma-separated implementations")
+    from compare.driver import one_case, one_case_arguments  # here: the driver imports this module
+
+    parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
+                                "comma-separated implementations")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from compare.driver import select_cases
-    from ports import get_workload, to_framework
+    from ports import to_framework
 
     if not torch.cuda.is_available():
         print("kernel_times needs a CUDA GPU", file=sys.stderr)
         return 2
     try:
-        workload = get_workload(args.workload)
-        if ":" not in args.case:
-            raise ValueError(f"one case is needed, got {args.case!r}")
-        [(_, case)] = select_cases(workload, args.case)
+        workload, case = one_case(args.workload, args.case)
         impls = [workload.implementation(name) for name in args.impl.split(",")]
     except (KeyError, ValueError) as error:
         print(f"bad argument: {error}; --case is SET:INDEX, e.g. bench:0", file=sys.stderr)

@@ -318,3 +318,11 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     lowered = jax.jit(functools.partial(pallas_eigh._eigh, interpret=False)).trace(a).lower(
         lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")
+@pytest.mark.parametrize("case", ["test:2", "test:4"], ids=["one-launch", "over-launches"])
+def test_triton_port_compiles_for_hopper(compile_for_hopper, case):
+    # every kernel of the route, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
+    status, output = compile_for_hopper("eigh", case)
+    assert status == 0 and "compiled for sm_90" in output, output

@@ -170,3 +170,11 @@ def test_pallas_port_lowers_for_cuda(m):
     b = jax.numpy.zeros((4096, 4096), jax.numpy.bfloat16)
     lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernel for it")
+@pytest.mark.parametrize("case", ["bench:0", "bench:6"], ids=["m1", "m4096"])
+def test_triton_port_compiles_for_hopper(compile_for_hopper, case):
+    # the kernel at the case's tiling, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
+    status, output = compile_for_hopper("matmul", case)
+    assert status == 0 and "compiled for sm_90" in output, output

@@ -269,3 +269,10 @@ def test_pallas_port_lowers_for_cuda():
     lowered = _trimul.trace(x, mask, weights, hidden=config["hidden_dim"], interpret=False).lower(
         lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
+def test_triton_port_compiles_for_hopper(compile_for_hopper):
+    # every kernel compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
+    status, output = compile_for_hopper("trimul", "bench:0")
+    assert status == 0 and "compiled for sm_90" in output, output

@@ -1,0 +1,154 @@
+"""What a Triton port's kernels cost to compile for the H200 (sm_90), on any machine: no GPU needed.
+
+    python -m compare.hopper_compile eigh --case test:3
+
+Runs the workload's Triton implementation on CPU tensors with every kernel launch intercepted:
+each distinct kernel (its constexprs, argument types, warps and stages) is compiled for sm_90 by
+Triton's own pipeline instead of being run. Prints each kernel's compile time, shared memory (an
+H200 program may use at most 227 KB) and, where ptxas is found, registers and spilled bytes. No
+kernel output is computed, so this suits launchers whose launches do not depend on kernel
+results (all the ports here). Exit status 1 if a kernel fails to compile or needs more shared
+memory than the H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from compare.driver import one_case, one_case_arguments
+
+H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
+TORCH_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int32": "i32", "int64": "i64",
+               "int8": "i8", "uint8": "u8", "bool": "i1"}
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    constexprs: dict
+    warps: int
+    seconds: float
+    shared_bytes: int | None = None
+    registers: int | None = None
+    spilled_bytes: int | None = None
+    error: str | None = None
+
+
+def _argument_type(value) -> str:
+    """Triton's signature type of a launch argument."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "*" + TORCH_TYPES[str(value.dtype).removeprefix("torch.")]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2**31 <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton type for a launch argument of type {type(value).__name__}")
+
+
+def _ptxas_usage(ptx: str) -> tuple[int | None, int | None]:
+    """(registers, spilled bytes) of a kernel's PTX, from `ptxas -v` for sm_90a; (None, None) without ptxas."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        ptxas = get_ptxas(90).path
+    except Exception:  # an older or newer Triton without this helper: leave the columns empty
+        return None, None
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as handle:
+            handle.write(ptx)
+        report = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", source, "-o", os.devnull],
+                                capture_output=True, text=True).stderr
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.findall(r"(\d+) bytes spill stores", report)
+    return (int(registers.group(1)) if registers else None), (sum(map(int, spills)) if spills else None)
+
+
+def compile_launches(function, inputs) -> list[CompiledKernel]:
+    """Call function(inputs) with each Triton launch compiled for sm_90 instead of run; one entry per distinct kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("the Triton interpreter is on (TRITON_INTERPRET): kernels would run, not compile")
+    compiled: dict[tuple, CompiledKernel] = {}
+    option_names = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+    def compile_instead(kernel, *args, grid, warmup, **kwargs):
+        options = {name: kwargs.pop(name) for name in option_names if name in kwargs}
+        bound = {param.name: param.default for param in kernel.params if param.has_default}
+        bound.update(zip(kernel.arg_names, args))
+        bound.update(kwargs)
+        constexprs = {p.name: bound[p.name] for p in kernel.params if p.is_constexpr or bound[p.name] is None}
+        signature = {name: "constexpr" if name in constexprs else _argument_type(bound[name])
+                     for name in kernel.arg_names}
+        key = (kernel.fn.__qualname__, tuple(signature.items()), tuple(constexprs.items()), tuple(options.items()))
+        if key in compiled:
+            return None
+        start = time.perf_counter()
+        flags = [name for name, value in constexprs.items() if value is True]  # tells variants apart in the table
+        name = kernel.fn.__name__ + (f"[{','.join(flags)}]" if flags else "")
+        entry = CompiledKernel(name, constexprs, options.get("num_warps", 4), 0.0)
+        try:
+            binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                                    target=GPUTarget("cuda", 90, 32), options=options)
+            entry.shared_bytes = binary.metadata.shared
+            entry.registers, entry.spilled_bytes = _ptxas_usage(binary.asm["ptx"])
+        except Exception as error:  # reported per kernel, so one failure does not hide the others
+            entry.error = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:200]}"
+        entry.seconds = time.perf_counter() - start
+        compiled[key] = entry
+        return None
+
+    original = JITFunction.run
+    JITFunction.run = compile_instead
+    try:
+        function(inputs)
+    finally:
+        JITFunction.run = original
+    return list(compiled.values())
+
+
+def main(argv=None) -> int:
+    args = one_case_arguments("python -m compare.hopper_compile", __doc__, "test:0", "triton",
+                              "a Triton implementation of the workload").parse_args(argv)
+    try:
+        workload, case = one_case(args.workload, args.case)
+        impl = workload.implementation(args.impl)
+        if impl.language != "triton":
+            raise ValueError(f"{args.impl} is written in {impl.language}, not Triton")
+        kernels = compile_launches(impl.load(), workload.make_inputs(case, case["seed"], "cpu"))
+    except (KeyError, ValueError, RuntimeError) as error:
+        print(f"bad argument: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.workload} {workload.case_name(case)}, {impl.name}: {len(kernels)} kernels compiled for sm_90")
+    print(f"{'kernel':36s} {'warps':>5s} {'compile s':>9s} {'shared KB':>9s} {'registers':>9s} {'spilled B':>9s}")
+    failed = False
+    for kernel in kernels:
+        if kernel.error:
+            failed = True
+            print(f"{kernel.name:36s} {kernel.warps:5d} {kernel.seconds:9.1f}  failed: {kernel.error}")
+            continue
+        over = kernel.shared_bytes > H200_SHARED_BYTES
+        failed |= over
+        cells = [f"{kernel.shared_bytes / 1024:9.1f}"] + [f"{value:9d}" if value is not None else f"{'-':>9s}"
+                                                          for value in (kernel.registers, kernel.spilled_bytes)]
+        print(f"{kernel.name:36s} {kernel.warps:5d} {kernel.seconds:9.1f} {' '.join(cells)}"
+              + (f"  over the H200's {H200_SHARED_BYTES // 1024} KB" if over else ""))
+    print(f"total compile time {sum(kernel.seconds for kernel in kernels):.1f} s (this machine's CPU)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
