@@ -4,10 +4,11 @@
 
 Runs the workload's Triton implementation on CPU tensors with every kernel launch intercepted:
 each distinct kernel (its constexprs, argument types, warps and stages) is compiled for sm_90 by
-Triton's own pipeline instead of being run. Prints each kernel's compile time, shared memory (an
-H200 program may use at most 227 KB) and, where ptxas is found, registers and spilled bytes. No
-kernel output is computed, so this suits launchers whose launches do not depend on kernel
-results (all the ports here). Exit status 1 if a kernel fails to compile or needs more shared
+Triton's own pipeline instead of being run. Prints each kernel's compile time (near zero where
+Triton's cache already holds the kernel: --cold compiles afresh), shared memory (an H200 program
+may use at most 227 KB) and, where ptxas is found, registers and spilled bytes. No kernel output
+is computed, so this suits launchers whose launches do not depend on kernel results (all the
+ports here). Exit status 1 if a kernel fails to compile or needs more shared
 memory than the H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET).
 """
 from __future__ import annotations
@@ -103,11 +104,13 @@ def compile_launches(function, inputs) -> list[CompiledKernel]:
         try:
             binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
                                     target=GPUTarget("cuda", 90, 32), options=options)
+            entry.seconds = time.perf_counter() - start
             entry.shared_bytes = binary.metadata.shared
             entry.registers, entry.spilled_bytes = _ptxas_usage(binary.asm["ptx"])
         except Exception as error:  # reported per kernel, so one failure does not hide the others
-            entry.error = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:200]}"
-        entry.seconds = time.perf_counter() - start
+            entry.seconds = time.perf_counter() - start
+            last_line = (str(error).strip().splitlines() or [""])[-1]
+            entry.error = f"{type(error).__name__}: {last_line[:200]}"
         compiled[key] = entry
         return None
 
@@ -121,8 +124,20 @@ def compile_launches(function, inputs) -> list[CompiledKernel]:
 
 
 def main(argv=None) -> int:
-    args = one_case_arguments("python -m compare.hopper_compile", __doc__, "test:0", "triton",
-                              "a Triton implementation of the workload").parse_args(argv)
+    parser = one_case_arguments("python -m compare.hopper_compile", __doc__, "test:0", "triton",
+                                "a Triton implementation of the workload")
+    parser.add_argument("--cold", action="store_true",
+                        help="compile into an empty Triton cache, so the seconds are a first compile's")
+    args = parser.parse_args(argv)
+    if not args.cold:
+        return compile_and_report(args)
+    with tempfile.TemporaryDirectory(prefix="hopper_compile_") as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache
+        return compile_and_report(args)
+
+
+def compile_and_report(args) -> int:
+    """Compile the case's kernels and print the table; the exit status."""
     try:
         workload, case = one_case(args.workload, args.case)
         impl = workload.implementation(args.impl)
