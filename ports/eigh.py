@@ -339,6 +339,8 @@ SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SC
 SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
 GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
 # program count not swept, results/h200/NOTES.md)
+CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
+# CUDA graph, for this many shapes at most (0: launch every kernel from Python; branch, not yet timed)
 BACK_TRANSFORM_VECTORS = 8  # eigenvectors per program of the back-transformation (see back_transform_warps)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution

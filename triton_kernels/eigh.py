@@ -39,12 +39,14 @@ ports/eigh.py and results/h200/NOTES.md.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP,
+from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
                         TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, back_transform_warps, check_offsets, jacobi_size,
@@ -847,6 +849,31 @@ def _tridiagonal(a: torch.Tensor):
     return _back_transform(w, tau, _vectors(d, e, values, norm)), eigenvalues
 
 
+_GRAPHS: OrderedDict = OrderedDict()  # (shape, device) -> (CUDA graph, its input buffer, its outputs), newest last
+
+
+def _tridiagonal_replayed(a: torch.Tensor):
+    """_tridiagonal from a CUDA graph captured on the shape's first call, replayed on a copy of this call's input:
+    every kernel runs on every call, but the graph's thousands of launches (two a column, four a Gram-Schmidt
+    panel) cost one launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    key = (tuple(a.shape), a.device)
+    if key not in _GRAPHS:
+        static_input = a.clone()
+        _tridiagonal(static_input)  # compiles every kernel before the capture
+        torch.cuda.synchronize(a.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = _tridiagonal(static_input)
+        _GRAPHS[key] = (graph, static_input, outputs)
+        while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
+            _GRAPHS.popitem(last=False)
+    _GRAPHS.move_to_end(key)
+    graph, static_input, (q, values) = _GRAPHS[key]
+    static_input.copy_(a)
+    graph.replay()
+    return q.clone(), values.clone()  # the graph's buffers are overwritten by the next call
+
+
 def eigh(a: torch.Tensor):
     """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending."""
     validate(a)
@@ -854,6 +881,8 @@ def eigh(a: torch.Tensor):
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     if n > JACOBI_MAX_N:
+        if a.is_cuda and CUDA_GRAPH_SHAPES and not one_launch(batch, n):
+            return _tridiagonal_replayed(a)
         return _tridiagonal(a)
     size = jacobi_size(n)
     check_offsets(batch, size)
