@@ -8,8 +8,8 @@ Triton's own pipeline instead of being run. Prints each kernel's compile time (n
 Triton's cache already holds the kernel: --cold compiles afresh), shared memory (an H200 program
 may use at most 227 KB) and, where ptxas is found, registers and spilled bytes. No kernel output
 is computed, so this suits launchers whose launches do not depend on kernel results (all the
-ports here). Exit status 1 if a kernel fails to compile or needs more shared
-memory than the H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET).
+ports here). Exit status 1 if a kernel fails to compile or needs more shared memory than the
+H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET).
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ TORCH_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int32"
 @dataclass
 class CompiledKernel:
     name: str
-    constexprs: dict
     warps: int
     seconds: float
     shared_bytes: int | None = None
@@ -100,7 +99,7 @@ def compile_launches(function, inputs) -> list[CompiledKernel]:
         start = time.perf_counter()
         flags = [name for name, value in constexprs.items() if value is True]  # tells variants apart in the table
         name = kernel.fn.__name__ + (f"[{','.join(flags)}]" if flags else "")
-        entry = CompiledKernel(name, constexprs, options.get("num_warps", 4), 0.0)
+        entry = CompiledKernel(name, options.get("num_warps", 4), 0.0)
         try:
             binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
                                     target=GPUTarget("cuda", 90, 32), options=options)

@@ -178,6 +178,14 @@ def _householder(row, k, cols):
     return v, tau, jnp.sum(jnp.where(cols == k, row, 0.0)), jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
 
 
+def _scale(partial_ref, partials, needed):
+    """As the Triton port's `_scale`: max|A| from the symmetrisation's per-program maxima (1 for a
+    zero matrix); read only where `needed`."""
+    index = jnp.arange(pl.next_power_of_2(partials))
+    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, index.size)], needed & (index < partials)))
+    return jnp.where(biggest > 0, biggest, 1.0)
+
+
 def _panel_tiles(panel_ref, used, *, n, block_n, nb):
     """As the Triton port's `_panel_tiles`: the panel's V and W (panel rows 0 .. nb - 1 and
     nb .. 2 nb - 1) before member `used`, nb x block_n, zero beyond."""
@@ -222,9 +230,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
     cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
     in_cols = cols < n
-    partial_index = jnp.arange(pl.next_power_of_2(partials))
-    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], partial_index < partials))
-    scale = jnp.where(biggest > 0, biggest, 1.0)
+    scale = _scale(partial_ref, partials, True)
     scale_ref[...] = scale
     sizes = dict(n=n, block_n=block_n, nb=nb)
     members = jnp.arange(nb)
@@ -286,9 +292,7 @@ def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, fi
     in_cols = cols < n
     # lax.rem, not %: jnp.remainder of a loaded index fails Pallas's Triton lowering (jax 0.10, 0.11)
     i = jax.lax.rem(j - 1, jnp.int32(nb)) + 1 if finish_only else jax.lax.rem(j, jnp.int32(nb))
-    partial_index = jnp.arange(pl.next_power_of_2(partials))
-    biggest = jnp.max(_load(partial_ref.at[pl.ds(0, partial_index.size)], (j == 0) & (partial_index < partials)))
-    scale = jnp.where(j == 0, jnp.where(biggest > 0, biggest, 1.0), scale_ref[...])
+    scale = jnp.where(j == 0, _scale(partial_ref, partials, j == 0), scale_ref[...])
     pltriton.store(scale_ref, scale, mask=j == 0)
     factor = jnp.where(j < nb, 1.0 / scale, 1.0)
 

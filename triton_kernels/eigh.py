@@ -299,17 +299,17 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, n, j, BLOCK_N: tl.constex
     cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
     w = w_ptr + matrix * n * n
-    panel = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N
+    vs, _, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
     below = (cols < n) & (cols > j)
-    v = tl.load(panel + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
+    v = tl.load(vs + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
     tiles = tl.cdiv(n - j - 1, ROWS)
     for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
         tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :], other=0.0,
                        cache_modifier=".cg")
-        tl.store(panel + 2 * NB * BLOCK_N + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
+        tl.store(p_buffer + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
 
 
 @triton.jit(do_not_specialize=["last"])
@@ -324,15 +324,14 @@ def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.const
     members = tl.arange(0, NB)
     width = last - (last - 1) // NB * NB
     w = w_ptr + matrix * n * n
-    panel = panel_ptr + matrix * (2 * NB + 1) * BLOCK_N
+    vs, ws, _ = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
     present = (members < width)[None, :]
     inside, valid = rows < n, cols < n
-    v_rows = tl.load(panel + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
-    w_rows = tl.load(panel + (NB + members[None, :]) * BLOCK_N + rows[:, None], mask=inside[:, None] & present,
-                     other=0.0)
+    v_rows = tl.load(vs + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
+    w_rows = tl.load(ws + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
     beside = (members < width)[:, None] & valid[None, :]
-    v_cols = tl.load(panel + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
-    w_cols = tl.load(panel + (NB + members[:, None]) * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+    v_cols = tl.load(vs + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+    w_cols = tl.load(ws + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
     ptrs = w + rows[:, None] * n + cols[None, :]
     mask = inside[:, None] & valid[None, :]
     factor = tl.where(last <= NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
