@@ -42,8 +42,9 @@ from jax.experimental.pallas import triton as pltriton
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, back_transform_warps, check_offsets, jacobi_size,
-                        jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate,
+                        vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -527,35 +528,41 @@ def _block_correction(block, x_ref, first, end, *, n, block_n):
 
 def _within_clusters(block, cluster, first_cluster, continued):
     """As the Triton port's `_within_clusters`: modified Gram-Schmidt of each cluster's members
-    within the panel, normalising; a vector alone in its cluster is left as it is."""
+    within the panel, normalising; a vector alone in its cluster is left as it is. Also each
+    vector's norm before its normalisation (1 if untouched; a vector, as a scalar carried through
+    lax.cond fails this JAX's Triton lowering)."""
     local = jnp.arange(PANEL)
 
     def within_cluster(i, own):
-        def project(block):
+        def project(carry):
+            block, lengths = carry
             row = jnp.sum(jnp.where(local[:, None] == i, block, 0.0), axis=0)
-            row /= jnp.maximum(jnp.sqrt(jnp.sum(row * row)), 1e-30)
+            length = jnp.sqrt(jnp.sum(row * row))
+            row /= jnp.maximum(length, 1e-30)
             later = jnp.sum(block * row[None, :], axis=1)
             after = (local > i) & (cluster == own)
-            return jnp.where(local[:, None] == i, row[None, :],
-                             jnp.where(after[:, None], block - later[:, None] * row[None, :], block))
+            return (jnp.where(local[:, None] == i, row[None, :],
+                              jnp.where(after[:, None], block - later[:, None] * row[None, :], block)),
+                    jnp.where(local == i, length, lengths))
         return project
 
+    carry = (block, jnp.ones((PANEL,), jnp.float32))
     for i in range(PANEL):
         own = jnp.sum(jnp.where(local == i, cluster, 0))
         partners = jnp.sum(((cluster == own) & (local != i)).astype(jnp.int32))
-        block = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
-                             within_cluster(i, own), lambda block: block, block)
-    return block
+        carry = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
+                             within_cluster(i, own), lambda carry: carry, carry)
+    return carry
 
 
-def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, interpret):
+def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, second_pass_below, interpret):
     """As the Triton port's `_orthonormalize_kernel`: program b makes its vectors orthonormal within
     clusters (eigenvalues each within cluster_gap ||T||_2 = cluster_gap max |eigenvalue| of the
     previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
-    vectors, twice: the members of the panel's first vector's cluster against that cluster's
-    earlier members, row by row, then each cluster's members within the panel, modified
-    Gram-Schmidt; a vector alone in its cluster is only normalised. x (the input, aliased) is read
-    and written through the output ref."""
+    vectors: the members of the panel's first vector's cluster against that cluster's earlier
+    members, row by row, then each cluster's members within the panel, modified Gram-Schmidt, and
+    again where the first pass cancelled (a norm below second_pass_below); a vector alone in its
+    cluster is only normalised. x (the input, aliased) is read and written through the output ref."""
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     valid = jnp.arange(block_n) < n
 
@@ -569,11 +576,16 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
                                            block_n=block_n)
             return block - jnp.where((cluster == first_cluster)[:, None], correction, 0.0)
 
-        for _ in range(2):  # both steps twice: the second removes what cancellation in the first amplified
+        def gram_schmidt_pass(block):
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
-            block = _within_clusters(block, cluster, first_cluster, continued)
+            return _within_clusters(block, cluster, first_cluster, continued)
+
+        block, lengths = gram_schmidt_pass(block)
+        # the second pass removes what the first's cancellation amplified
+        block = jax.lax.cond(jnp.min(lengths) < second_pass_below, lambda b: gram_schmidt_pass(b)[0], lambda b: b,
+                             block)
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         _barrier(interpret)
         return next_start
@@ -581,11 +593,12 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
 
 
-def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, x_ref, partial_ref, *, n, block_n,
-                                   cluster_gap):
+def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, again_ref, x_ref, partial_ref, *, n,
+                                   block_n, cluster_gap):
     """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) sums the panel block's
     correction against every programs-th earlier block of its first cluster, from the s-th, into
-    partial_ref[s]. index_ref: the panel, and 1 in the first pass, 0 in the second."""
+    partial_ref[s] (zero where the second pass does not run, again_ref). index_ref: the panel, and 1
+    in the first pass, 0 in the second."""
     panel, first_pass, share, programs = index_ref[0], index_ref[1], pl.program_id(1), pl.num_programs(1)
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
@@ -601,30 +614,39 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, x
         count = pl.cdiv(pl.cdiv(panel * PANEL - start, PANEL) - share, programs)  # from zero, as above
         return jax.lax.fori_loop(0, count, accumulate, jnp.zeros((PANEL, block_n), jnp.float32))
 
-    correction = jax.lax.cond(continued, earlier_blocks, lambda: jnp.zeros((PANEL, block_n), jnp.float32))
+    needed = continued & ((first_pass != 0) | (again_ref[...] != 0))
+    correction = jax.lax.cond(needed, earlier_blocks, lambda: jnp.zeros((PANEL, block_n), jnp.float32))
     pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], correction,
                    mask=(jnp.arange(block_n) < n)[None, :])
 
 
-def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _x, start_ref, x_ref, *, n,
-                                  block_n, cluster_gap, programs):
+def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
+                                  again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, programs):
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
-    panel, stores it, and after the second pass moves start on (start and x aliased)."""
+    panel and stores it; the first pass decides whether the second runs (again), the second moves
+    start on (start, again and x aliased)."""
     panel, first_pass = index_ref[0], index_ref[1]
     valid = jnp.arange(block_n) < n
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
-    block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
 
     def add_share(share, correction):  # a loop, not unrolled: up to 256 shares at n = 4096
         return correction + _load(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
 
-    correction = jax.lax.fori_loop(0, programs, add_share, jnp.zeros((PANEL, block_n), jnp.float32))
-    block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
-    block = _within_clusters(block, cluster, first_cluster, continued)
-    pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
+    def gram_schmidt_pass():
+        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
+        correction = jax.lax.fori_loop(0, programs, add_share, jnp.zeros((PANEL, block_n), jnp.float32))
+        block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
+        block, lengths = _within_clusters(block, cluster, first_cluster, continued)
+        pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
+        return lengths
+
+    redo = (first_pass != 0) | (again_ref[...] != 0)
+    lengths = jax.lax.cond(redo, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
+    cancelled = jnp.min(lengths) < second_pass_below
+    again_ref[...] = jnp.where(first_pass != 0, cancelled.astype(jnp.int32), again_ref[...])
     start_ref[...] = jnp.where(first_pass == 0, next_start, start_ref[...])
 
 
@@ -865,7 +887,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     if not (split_gram_schmidt(batch, n) if split is None else split):
         return pl.pallas_call(
             functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              interpret=interpret),
+                              second_pass_below=SECOND_PASS_BELOW, interpret=interpret),
             out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
             input_output_aliases={2: 0}, compiler_params=params, interpret=interpret, name="eigh_orthonormalize",
         )(values, norm, z)
@@ -874,30 +896,32 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     partials = _per_matrix(programs, PANEL, n)
     index_spec = pl.BlockSpec((2,), lambda *_: (0,))
 
-    def project(index, start, z):
+    def project(index, start, again, z):
         return pl.pallas_call(
             functools.partial(_orthonormalize_project_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap),
             out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
-            in_specs=[index_spec, vector, scalar, scalar, matrix], out_specs=partials, compiler_params=params,
-            interpret=interpret, name="eigh_orthonormalize_project",
-        )(index, values, norm, start, z)
+            in_specs=[index_spec, vector, scalar, scalar, scalar, matrix], out_specs=partials,
+            compiler_params=params, interpret=interpret, name="eigh_orthonormalize_project",
+        )(index, values, norm, start, again, z)
 
-    def finish(index, partial, start, z):
+    def finish(index, partial, start, again, z):
+        flag = jax.ShapeDtypeStruct((batch,), jnp.int32)
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              programs=programs),
-            out_shape=(jax.ShapeDtypeStruct((batch,), jnp.int32), _f32((batch, n, n))), grid=(batch,),
-            in_specs=[index_spec, vector, scalar, partials, scalar, matrix], out_specs=(scalar, matrix),
-            input_output_aliases={4: 0, 5: 1}, compiler_params=params, interpret=interpret,
+                              second_pass_below=SECOND_PASS_BELOW, programs=programs),
+            out_shape=(flag, flag, _f32((batch, n, n))), grid=(batch,),
+            in_specs=[index_spec, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
+            input_output_aliases={4: 0, 5: 1, 6: 2}, compiler_params=params, interpret=interpret,
             name="eigh_orthonormalize_finish",
-        )(index, values, norm, partial, start, z)
+        )(index, values, norm, partial, start, again, z)
 
     def step(i, carry):  # panel i // 2, pass i % 2: one traced (so one compiled) kernel of each kind
-        start, z = carry
+        start, again, z = carry
         index = jnp.stack([i // 2, 1 - i % 2]).astype(jnp.int32)
-        return finish(index, project(index, start, z), start, z)
+        return finish(index, project(index, start, again, z), start, again, z)
 
-    return jax.lax.fori_loop(0, 2 * panels, step, (jnp.zeros((batch,), jnp.int32), z))[1]
+    flags = jnp.zeros((batch,), jnp.int32)
+    return jax.lax.fori_loop(0, 2 * panels, step, (flags, flags, z))[2]
 
 
 def _back_transform(w, tau, z, *, interpret):

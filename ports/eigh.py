@@ -339,7 +339,13 @@ SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SC
 SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
 GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
 # program count not swept, results/h200/NOTES.md)
+CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
+# CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
+# 60x1024 3-4 ms faster, results/h200/NOTES.md)
 BACK_TRANSFORM_VECTORS = 8  # eigenvectors per program of the back-transformation (see back_transform_warps)
+SECOND_PASS_BELOW = 0.9  # a Gram-Schmidt panel's second pass runs only if a vector's norm fell below this in the first
+# (Kahan's test; dense spectra almost never need it: H200, 640x512 dense 143 ms against 157, 60x1024 dense 111 against
+# 123, orthogonality unchanged on every bench row, results/h200/NOTES.md)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 32  # halvings of T's Gershgorin interval (width <= 2 ||T||): below fp32 resolution
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero

@@ -39,16 +39,19 @@ ports/eigh.py and results/h200/NOTES.md.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP,
+from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, back_transform_warps, check_offsets, jacobi_size,
-                        jacobi_warps, one_launch, split_gram_schmidt, validate, vector_panel_warps)
+                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate,
+                        vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -519,24 +522,42 @@ def _block_correction(block, x, first, end, cols, valid, n, PANEL: tl.constexpr,
 @triton.jit
 def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constexpr):
     """Modified Gram-Schmidt of each cluster's members within the panel, normalising them; a vector
-    alone in its cluster (and not continuing one from earlier panels) is left as it is."""
+    alone in its cluster (and not continuing one from earlier panels) is left as it is. Also the
+    smallest norm a vector had before its normalisation (1 if none was touched): of unit vectors,
+    how much the projections cancelled."""
     local = tl.arange(0, PANEL)
+    shortest = 1.0
     for i in tl.static_range(PANEL):
         own = tl.sum(tl.where(local == i, cluster, 0))
         partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
         if (partners > 0) | (continued & (own == first_cluster)):
             row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
-            row /= tl.maximum(tl.sqrt_rn(tl.sum(row * row)), 1e-30)
+            length = tl.sqrt_rn(tl.sum(row * row))
+            shortest = tl.minimum(shortest, length)
+            row /= tl.maximum(length, 1e-30)
             later = tl.sum(block * row[None, :], axis=1)
             after = (local > i) & (cluster == own)
             block = tl.where(local[:, None] == i, row[None, :],
                              tl.where(after[:, None], block - later[:, None] * row[None, :], block))
-    return block
+    return block, shortest
 
 
 @triton.jit
-def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, n, BLOCK_N: tl.constexpr,
-                           PANEL: tl.constexpr):
+def _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
+                       PANEL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One block Gram-Schmidt pass of the panel (classical against its first cluster's earlier
+    members, then modified within each cluster): (block, smallest norm before normalising)."""
+    # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6, pipelined loads)
+    for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
+        correction = _block_correction(block, x, start + earlier_block * PANEL, panel * PANEL, cols, valid, n, PANEL,
+                                       BLOCK_N)
+        block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
+    return _within_clusters(block, cluster, first_cluster, continued, PANEL)
+
+
+@triton.jit
+def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, second_pass_below, n,
+                           BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
     """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
     clusters, chains of eigenvalues each within cluster_gap ||T||_2 of the previous one (LAPACK's
     dstein criterion, with the spectral norm max |eigenvalue| in place of its 1-norm bound), and
@@ -544,8 +565,9 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     Block Gram-Schmidt over panels of PANEL vectors in order: the panel's members of its first
     vector's cluster are made orthogonal to that cluster's earlier members (classical, PANEL at a
     time), then each cluster's members within the panel to each other (modified, normalising),
-    and both steps again (block Gram-Schmidt twice). A vector alone in its cluster is only
-    normalised (on load): with short clusters, most steps are skipped."""
+    and both steps again where the first pass cancelled (Kahan's test: a vector's norm fell below
+    second_pass_below). A vector alone in its cluster is only normalised (on load): with short
+    clusters, most steps are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     valid = cols < n
@@ -556,14 +578,11 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values, panel, start, tolerance, n, PANEL)
         block = _load_panel(x, members, inside, cols, valid, n, True)
-        for _ in tl.static_range(2):  # both steps twice: the second removes what the first's cancellation amplified
-            # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
-            # pipelined loads)
-            for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
-                correction = _block_correction(block, x, start + earlier_block * PANEL, panel * PANEL, cols, valid,
-                                               n, PANEL, BLOCK_N)
-                block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
-            block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+        block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
+                                             PANEL, BLOCK_N)
+        if shortest < second_pass_below:  # the second pass removes what the first's cancellation amplified
+            block, _ = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
+                                          PANEL, BLOCK_N)
         tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         start = next_start
         tl.debug_barrier()
@@ -584,47 +603,54 @@ def _split_panel(x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap,
 
 
 @triton.jit(do_not_specialize=["panel", "first_pass"])  # one compiled kernel for every panel and both passes
-def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
-                                   panel, first_pass, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
+def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
+                                   group_gap, second_pass_below, n, panel, first_pass, BLOCK_N: tl.constexpr,
+                                   PANEL: tl.constexpr):
     """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
     one program each: program (b, s) of (batch, programs) sums the panel block's correction
     against every programs-th earlier block of its first cluster, from the s-th, into
     partial [batch, programs, PANEL, n]. start_ptr [batch]: where the previous panel's first cluster
-    starts, or a later break."""
+    starts, or a later break; again_ptr [batch]: whether the panel's second pass runs (from the
+    first pass's finish)."""
     matrix = tl.program_id(0).to(tl.int64)
     share, programs = tl.program_id(1), tl.num_programs(1)
     local = tl.arange(0, PANEL)
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, _ = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
-    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-    if continued:
+    if continued & ((first_pass != 0) | (tl.load(again_ptr + matrix) != 0)):
+        correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
         block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
         for step in range(0, tl.cdiv(tl.cdiv(panel * PANEL - start, PANEL) - share, programs)):  # from zero, as above
             correction += _block_correction(block, x, start + (share + step * programs) * PANEL, panel * PANEL, cols,
                                             valid, n, PANEL, BLOCK_N)
-    tl.store(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n + cols[None, :], correction,
-             mask=valid[None, :])
+        tl.store(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n + cols[None, :],
+                 correction, mask=valid[None, :])
 
 
 @triton.jit(do_not_specialize=["panel", "first_pass"])
-def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, partial_ptr, cluster_gap, group_gap, n,
-                                  panel, first_pass, programs, BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
+def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
+                                  group_gap, second_pass_below, n, panel, first_pass, programs, BLOCK_N: tl.constexpr,
+                                  PANEL: tl.constexpr):
     """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
-    stores the panel; after the second pass it moves start_ptr on for the next panel."""
+    stores the panel; the first pass decides whether the second runs (again_ptr, Kahan's test as
+    `_orthonormalize_kernel`), and the second moves start_ptr on for the next panel."""
     matrix = tl.program_id(0).to(tl.int64)
     local = tl.arange(0, PANEL)
     x, cols, valid, members, inside, cluster, first_cluster, continued, _, next_start = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
-    block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
-    if continued:
-        correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-        for share in range(0, programs):
-            correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
-                                  + cols[None, :], mask=valid[None, :], other=0.0)
-        block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
-    block = _within_clusters(block, cluster, first_cluster, continued, PANEL)
-    tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+    if (first_pass != 0) | (tl.load(again_ptr + matrix) != 0):
+        block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
+        if continued:
+            correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
+            for share in range(0, programs):
+                correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
+                                      + cols[None, :], mask=valid[None, :], other=0.0)
+            block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
+        block, shortest = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+        tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+        tl.debug_barrier()  # again_ptr is read by this program above
+        tl.store(again_ptr + matrix, (shortest < second_pass_below).to(tl.int32), mask=first_pass != 0)
     tl.store(start_ptr + matrix, next_start, mask=first_pass == 0)
 
 
@@ -812,14 +838,14 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     block_n = triton.next_power_of_2(n)
     warps = vector_panel_warps(block_n)
     if not (split_gram_schmidt(batch, n) if split is None else split):
-        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, n, BLOCK_N=block_n,
-                                         PANEL=PANEL, num_warps=warps)
+        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
+                                         BLOCK_N=block_n, PANEL=PANEL, num_warps=warps)
         return z
     panels = triton.cdiv(n, PANEL)
     programs = max(1, min(panels, triton.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
-    start = torch.zeros(batch, device=z.device, dtype=torch.int32)
+    start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
     partial = _empty(batch, programs, PANEL, n, device=z.device)
-    args = (z, values, norm, start, partial, cluster_gap, GROUP_GAP * EPS, n)
+    args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
     for panel in range(panels):
         for first_pass in (1, 0):
             _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n, PANEL=PANEL,
@@ -846,6 +872,31 @@ def _tridiagonal(a: torch.Tensor):
     return _back_transform(w, tau, _vectors(d, e, values, norm)), eigenvalues
 
 
+_GRAPHS: OrderedDict = OrderedDict()  # (shape, device) -> (CUDA graph, its input buffer, its outputs), newest last
+
+
+def _tridiagonal_replayed(a: torch.Tensor):
+    """_tridiagonal from a CUDA graph captured on the shape's first call, replayed on a copy of this call's input:
+    every kernel runs on every call, but the graph's thousands of launches (two a column, four a Gram-Schmidt
+    panel) cost one launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    key = (tuple(a.shape), a.device)
+    if key not in _GRAPHS:
+        static_input = a.clone()
+        _tridiagonal(static_input)  # compiles every kernel before the capture
+        torch.cuda.synchronize(a.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = _tridiagonal(static_input)
+        _GRAPHS[key] = (graph, static_input, outputs)
+        while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
+            _GRAPHS.popitem(last=False)
+    _GRAPHS.move_to_end(key)
+    graph, static_input, (q, values) = _GRAPHS[key]
+    static_input.copy_(a)
+    graph.replay()
+    return q.clone(), values.clone()  # the graph's buffers are overwritten by the next call
+
+
 def eigh(a: torch.Tensor):
     """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending."""
     validate(a)
@@ -853,6 +904,8 @@ def eigh(a: torch.Tensor):
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     if n > JACOBI_MAX_N:
+        if a.is_cuda and CUDA_GRAPH_SHAPES and not one_launch(batch, n):
+            return _tridiagonal_replayed(a)
         return _tridiagonal(a)
     size = jacobi_size(n)
     check_offsets(batch, size)
