@@ -41,10 +41,10 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS,
-                        PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
+                        PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
                         TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate,
-                        vector_panel_warps)
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
+                        validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -223,7 +223,8 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
     of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
     reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
-    (w_j . v_j) v_j, A as at the panel's start (one read of the trailing matrix a column); the
+    (w_j . v_j) v_j, A as at the panel's start (one read of the trailing matrix's lower triangle a
+    column, each row tile adding to every column's sum by symmetry); the
     panel's end applies A -= V W^T + W V^T below it (one read and write a panel). panel's rows
     0 .. nb - 1 hold V, nb .. 2 nb - 1 W, and row 2 nb p = A v_j. w (the input, aliased) is read and
     written through the output ref."""
@@ -246,18 +247,24 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
             j = first + i
             v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
             below = in_cols & (cols > j)
+            _barrier(interpret)  # v, just stored as V's row i, is read back by row below
 
-            @pl.loop(0, pl.cdiv(n - j - 1, rows_per_tile))  # p = A v for the rows below j
-            def _(t):
+            def row_tile(t, above_diagonal):  # p = A v for the rows below j, from the lower triangle
                 r0 = j + 1 + t * rows_per_tile
-                inside = (r0 + local) < n
+                rows = r0 + local
+                inside = rows < n
+                lower = cols[None, :] <= rows[:, None]
                 tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
-                             inside[:, None] & below[None, :]) * factor
+                             inside[:, None] & below[None, :] & lower) * factor
                 pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
                                jnp.sum(tile * v[None, :], axis=1), mask=inside)
+                v_rows = _load(panel_ref.at[i, pl.ds(r0, rows_per_tile)], inside)
+                return above_diagonal + jnp.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
 
+            above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows_per_tile), row_tile,
+                                               jnp.zeros((rows_per_tile, block_n), jnp.float32))
             _barrier(interpret)
-            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(above_diagonal, axis=0)
             panel_ref[nb + i, :] = _panel_w(panel_ref, p, v, tau, below, i, **sizes)
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
@@ -281,10 +288,13 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         _barrier(interpret)
 
 
-def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, finish_only, interpret):
+def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, partials, rows_per_tile, finish_only,
+                         interpret):
     """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
-    p, then (unless finish_only) forms column j's reflector; column 0 stores the scale max|A|. w, d,
-    e, tau, scale and panel are outputs (the inputs after partial_ref aliased to them)."""
+    p and the column sums its product's active programs left in sums (those with a row tile below
+    column j - 1, rows_per_tile rows a tile), then (unless finish_only) forms column j's reflector;
+    column 0 stores the scale max|A|. w, d, e, tau, scale and panel are outputs (the inputs after
+    sums_ref aliased to them)."""
     w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
     sizes = dict(n=n, block_n=block_n, nb=nb)
     j = j_ref[0]
@@ -299,7 +309,17 @@ def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, fi
     @pl.when(i > 0)  # W's row for column j - 1
     def _():
         below = in_cols & (cols > j - 1)
-        p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+        shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, rows_per_tile))
+        share_rows = jnp.arange(rows_per_tile)
+
+        def add_shares(s, column_sums):
+            inside = (s * rows_per_tile + share_rows) < shares
+            return column_sums + _load(sums_ref.at[pl.ds(s * rows_per_tile, rows_per_tile), pl.ds(0, block_n)],
+                                       inside[:, None])
+
+        column_sums = jax.lax.fori_loop(0, pl.cdiv(shares, rows_per_tile), add_shares,
+                                        jnp.zeros((rows_per_tile, block_n), jnp.float32))
+        p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(column_sums, axis=0)
         v = _load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
         panel_ref[nb + i - 1, :] = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, i - 1, **sizes)
 
@@ -309,27 +329,38 @@ def _panel_column_kernel(j_ref, partial_ref, *refs, n, block_n, nb, partials, fi
         pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
-def _panel_product_kernel(j_ref, w_ref, scale_ref, _, panel_ref, *, n, block_n, rows_per_tile, nb):
-    """As the Triton port's `_panel_product_kernel`: p = A v_j below row j into the panel's row 2 nb,
-    programs (b, s) on row tiles s, s + P, ... (the grid is column 0's: later columns leave programs idle)."""
+def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n, rows_per_tile, nb):
+    """As the Triton port's `_panel_product_kernel`: p = A v_j below row j from the lower triangle,
+    rows' sums into the panel's row 2 nb and program s's column sums into sums[s], programs (b, s)
+    on row tiles s, s + P, ... (the grid is column 0's: later columns leave programs idle, and the
+    column kernel reads only the active programs' sums)."""
     j = j_ref[0]
     program, programs = pl.program_id(1), pl.num_programs(1)
     cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
     below = (cols < n) & (cols > j)
     factor = jnp.where(j < nb, 1.0 / scale_ref[...], 1.0)
-    v = _load(panel_ref.at[jax.lax.rem(j, jnp.int32(nb)), pl.ds(0, block_n)], below)
+    member = jax.lax.rem(j, jnp.int32(nb))
+    v = _load(panel_ref.at[member, pl.ds(0, block_n)], below)
     tiles = pl.cdiv(n - j - 1, rows_per_tile)
 
     @pl.when(program < tiles)
     def _():
-        @pl.loop(0, pl.cdiv(tiles - program, programs))  # zero-based: see _orthonormalize_kernel
-        def _(t):
+        def row_tile(t, above_diagonal):  # zero-based: see _orthonormalize_kernel
             r0 = j + 1 + (program + t * programs) * rows_per_tile
-            inside = (r0 + local) < n
-            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & below[None, :])
+            rows = r0 + local
+            inside = rows < n
+            lower = cols[None, :] <= rows[:, None]
+            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
+                         inside[:, None] & below[None, :] & lower)
             pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
                            factor * jnp.sum(tile * v[None, :], axis=1), mask=inside)
+            v_rows = _load(panel_ref.at[member, pl.ds(r0, rows_per_tile)], inside)
+            return above_diagonal + jnp.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+
+        above_diagonal = jax.lax.fori_loop(0, pl.cdiv(tiles - program, programs), row_tile,
+                                           jnp.zeros((rows_per_tile, block_n), jnp.float32))
+        sums_ref[program, :] = factor * jnp.sum(above_diagonal, axis=0)
 
 
 def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_per_tile, cols_per_tile, nb):
@@ -761,8 +792,7 @@ def _reduce(a, single=None, *, interpret):
         interpret=interpret, name="eigh_symmetrize",
     )(a)
     if not (one_launch(batch, n) if single is None else single):
-        programs = max(1, pl.cdiv(pl.cdiv(n - 1, rows), max(1, PROGRAM_ROWS // rows)))  # column 0's, the most
-        return _reduce_in_panels(w, partial, programs, interpret=interpret)
+        return _reduce_in_panels(w, partial, product_programs(block_n, n - 1), interpret=interpret)  # column 0's
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n))  # w, d, e, tau, scale, panel
     return pl.pallas_call(
         functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
@@ -785,29 +815,31 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
     index = pl.BlockSpec((1,), lambda *_: (0,))
     matrix, scalar, panel = _per_matrix(n, n), _per_matrix(), _per_matrix(2 * nb + 1, block_n)
 
-    def column(j, buffers, finish_only):
+    sums = _per_matrix(programs, block_n)  # each product program's column sums
+
+    def column(j, buffers, sums_buffer, finish_only):
         return pl.pallas_call(
-            functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks,
+            functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks, rows_per_tile=rows,
                               finish_only=finish_only, interpret=interpret),
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
-            in_specs=[index, _per_matrix(blocks)] + [_per_matrix(*shape) for shape in shapes],
-            out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={2 + i: i for i in range(6)},
+            in_specs=[index, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={3 + i: i for i in range(6)},
             compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
             name="eigh_panel_column",
-        )(jnp.reshape(j, (1,)), partial, *buffers)
+        )(jnp.reshape(j, (1,)), partial, sums_buffer, *buffers)
 
-    def product(j, w, scale, panel_buffer):
+    def product(j, w, scale, panel_buffer, sums_buffer):
         return pl.pallas_call(
             functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=rows, nb=nb),
-            out_shape=_f32((batch, 2 * nb + 1, block_n)), grid=(batch, programs),
-            in_specs=[index, matrix, scalar, panel], out_specs=panel, input_output_aliases={3: 0},
+            out_shape=(_f32((batch, 2 * nb + 1, block_n)), _f32((batch, programs, block_n))), grid=(batch, programs),
+            in_specs=[index, matrix, scalar, panel, sums], out_specs=(panel, sums), input_output_aliases={3: 0, 4: 1},
             compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_panel_product",
-        )(jnp.reshape(j, (1,)), w, scale, panel_buffer)
+        )(jnp.reshape(j, (1,)), w, scale, panel_buffer, sums_buffer)
 
     update_cols = min(block_n, PANEL_UPDATE_COLS)
 
-    def close(j, buffers):  # the panel ending at column j: its last W row, then the trailing update
-        w, d, e, tau, scale, panel_buffer = column(j, buffers, True)
+    def close(j, buffers, sums_buffer):  # the panel ending at column j: its last W row, then the trailing update
+        w, d, e, tau, scale, panel_buffer = column(j, buffers, sums_buffer, True)
         w = pl.pallas_call(
             functools.partial(_panel_update_kernel, n=n, rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=update_cols,
                               nb=nb),
@@ -818,13 +850,16 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
         )(jnp.reshape(j, (1,)), scale, panel_buffer, w)
         return w, d, e, tau, scale, panel_buffer
 
-    def column_step(j, buffers):
-        buffers = jax.lax.cond((j % nb == 0) & (j > 0), close, lambda _, b: b, j, buffers)
-        w, d, e, tau, scale, panel_buffer = column(j, buffers, False)
-        return w, d, e, tau, scale, product(j, w, scale, panel_buffer)
+    def column_step(j, carry):
+        buffers, sums_buffer = carry
+        buffers = jax.lax.cond((j % nb == 0) & (j > 0), close, lambda _, b, s: b, j, buffers, sums_buffer)
+        w, d, e, tau, scale, panel_buffer = column(j, buffers, sums_buffer, False)
+        panel_buffer, sums_buffer = product(j, w, scale, panel_buffer, sums_buffer)
+        return (w, d, e, tau, scale, panel_buffer), sums_buffer
 
     buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
-    return jax.lax.fori_loop(0, n, column_step, buffers)[:5]
+    sums_buffer = jnp.zeros((batch, programs, block_n), jnp.float32)
+    return jax.lax.fori_loop(0, n, column_step, (buffers, sums_buffer))[0][:5]
 
 
 def _eigenvalues(d, e, scale, *, interpret):

@@ -329,6 +329,8 @@ TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL
 TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
 PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
 PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
+PRODUCT_PROGRAMS = 32  # but at most this many programs a matrix: each leaves a share of the column sums (the product
+# reads the lower triangle only) that the next launch, one program a matrix, adds up
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
 # too little work per column to pay for two launches a column
@@ -374,6 +376,15 @@ def check_offsets(batch: int, size: int) -> None:
 def one_launch(batch: int, n: int) -> bool:
     """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than over launches."""
     return (batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N) and n <= ONE_LAUNCH_MAX_N
+
+
+def product_programs(block_n: int, below: int) -> int:
+    """Programs a matrix of the product p = A v_j over the `below` = n - j - 1 rows below column j (n padded to
+    block_n), when the tridiagonalisation runs over launches: PROGRAM_ROWS rows each (whole register tiles of
+    TILE / block_n rows), PRODUCT_PROGRAMS at most."""
+    rows = max(1, TILE // block_n)
+    tiles = -(-below // rows)
+    return max(1, min(PRODUCT_PROGRAMS, -(-tiles // max(1, PROGRAM_ROWS // rows))))
 
 
 def split_gram_schmidt(batch: int, n: int) -> bool:

@@ -48,10 +48,10 @@ import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS,
-                        PIVOT_FLOOR, PROGRAM_ROWS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
+                        PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
                         TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, split_gram_schmidt, validate,
-                        vector_panel_warps)
+                        check_offsets, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
+                        validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -204,7 +204,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     first brought up to date with the panel's earlier reflectors (row j -= sum_q v_q[j] w_q +
     w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j)
     minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads
-    the trailing matrix once (p = A v_j, ROWS rows at a time) and writes nothing; the panel's end
+    the trailing matrix's lower triangle once (p = A v_j, ROWS rows at a time: each row tile gives
+    its rows' sums and adds to every column's sum by symmetry) and writes nothing; the panel's end
     applies A -= V W^T + W V^T to the trailing matrix below it, one read and one write a panel
     instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
     The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
@@ -227,15 +228,20 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i,
                                       factor, n, members, cols, BLOCK_N)
             below = in_cols & (cols > j)
+            tl.debug_barrier()  # v, just stored as V's row i, is read back by row below
+            above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
             # zero-based: see _orthonormalize_kernel
-            for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j
+            for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j, from the lower triangle
                 rows = j + 1 + t * ROWS + local
                 inside = rows < n
-                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :],
+                lower = cols[None, :] <= rows[:, None]
+                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :] & lower,
                                other=0.0, cache_modifier=".cg") * factor
                 tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
+                v_rows = tl.load(vs + i * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+                above_diagonal += tl.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
             tl.debug_barrier()
-            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(above_diagonal, axis=0)
             tl.store(ws + i * BLOCK_N + cols, _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N))
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
             tl.debug_barrier()
@@ -257,12 +263,14 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
         tl.debug_barrier()
 
 
-@triton.jit(do_not_specialize=["j"])
-def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials, j,
-                         BLOCK_N: tl.constexpr, PARTIALS: tl.constexpr, NB: tl.constexpr, FINISH_ONLY: tl.constexpr):
+@triton.jit(do_not_specialize=["j", "shares"])
+def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, sums_ptr, n, partials, j,
+                         shares, BLOCK_N: tl.constexpr, PARTIALS: tl.constexpr, NB: tl.constexpr,
+                         SHARES: tl.constexpr, SHARE_ROWS: tl.constexpr, FINISH_ONLY: tl.constexpr):
     """The blocked reduction spread over launches (panels of NB columns as `_tridiagonalize_blocked_kernel`),
     program b per matrix, column j = first + i of its panel: finishes w_{j-1} from p = A v_{j-1} (left
-    by `_panel_product_kernel`), then (unless FINISH_ONLY, the launch that closes a panel with j its
+    by `_panel_product_kernel`: its rows' sums, plus the column sums of its `shares` programs, added up
+    SHARE_ROWS at a time from sums [batch, SHARES, BLOCK_N]), then (unless FINISH_ONLY, the launch that closes a panel with j its
     last column + 1) brings row j up to date with the panel's reflectors and forms v_j, d_j, e_j,
     tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
     matrix = tl.program_id(0).to(tl.int64)
@@ -278,7 +286,13 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
     if i > 0:  # W's row for column j - 1
         below = in_cols & (cols > j - 1)
-        p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+        share_rows = tl.arange(0, SHARE_ROWS)
+        column_sums = tl.zeros((SHARE_ROWS, BLOCK_N), tl.float32)
+        for s in range(0, tl.cdiv(shares, SHARE_ROWS)):
+            share = s * SHARE_ROWS + share_rows
+            column_sums += tl.load(sums_ptr + (matrix * SHARES + share[:, None]) * BLOCK_N + cols[None, :],
+                                   mask=(share < shares)[:, None], other=0.0)
+        p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(column_sums, axis=0)
         v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
         w_row = _panel_w(p, v, tl.load(tau_ptr + matrix * n + j - 1), below, vs, ws, i - 1, members, cols, BLOCK_N)
         tl.store(ws + (i - 1) * BLOCK_N + cols, w_row)
@@ -290,10 +304,11 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
 
 
 @triton.jit(do_not_specialize=["j"])
-def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, n, j, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                          NB: tl.constexpr):
-    """p = A v_j for the rows below j, A as at the panel's start (read, not written): programs (b, s)
-    take matrix b's row tiles s, s + P, ... (P programs)."""
+def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                          NB: tl.constexpr, SHARES: tl.constexpr):
+    """p = A v_j for the rows below j, A as at the panel's start (read, not written), from its lower
+    triangle: programs (b, s) take matrix b's row tiles s, s + P, ... (P programs), store their rows'
+    sums in p and their share of the column sums (the upper triangle's part, by symmetry) in sums[b, s]."""
     matrix = tl.program_id(0).to(tl.int64)
     program, programs = tl.program_id(1), tl.num_programs(1)
     cols = tl.arange(0, BLOCK_N)
@@ -303,13 +318,18 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, n, j, BLOCK_N: tl.constex
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
     below = (cols < n) & (cols > j)
     v = tl.load(vs + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
+    above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
     tiles = tl.cdiv(n - j - 1, ROWS)
     for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
-        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :], other=0.0,
-                       cache_modifier=".cg")
+        lower = cols[None, :] <= rows[:, None]
+        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :] & lower,
+                       other=0.0, cache_modifier=".cg")
         tl.store(p_buffer + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
+        v_rows = tl.load(vs + (j % NB) * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
+        above_diagonal += tl.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+    tl.store(sums_ptr + (matrix * SHARES + program) * BLOCK_N + cols, factor * tl.sum(above_diagonal, axis=0))
 
 
 @triton.jit(do_not_specialize=["last"])
@@ -763,7 +783,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
     ports.eigh.one_launch); otherwise the same blocking over launches: two a column (the column's product
-    p = A v_j over many programs, PROGRAM_ROWS rows each), two more a panel."""
+    p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
     batch, n, _ = a.shape
     block_n = triton.next_power_of_2(n)
     rows = max(1, TILE // block_n)
@@ -778,21 +798,23 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                                                  ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, num_warps=TRIDIAGONAL_WARPS)
         return w, d, e, tau, scale
-    tiles_per_program = max(1, PROGRAM_ROWS // rows)
+    sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                  num_warps=vector_panel_warps(block_n))
+                  SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=max(1, TILE // block_n), num_warps=vector_panel_warps(block_n))
     update_cols = min(block_n, PANEL_UPDATE_COLS)
     for j in range(n):
+        shares = product_programs(block_n, n - j)  # the programs of column j - 1's product
         if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
-            _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=True,
-                                           **column)
+            _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
+                                           FINISH_ONLY=True, **column)
             grid = (batch, triton.cdiv(n - j, TRIDIAGONAL_ROWS), triton.cdiv(n - j, update_cols))
             _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL_ROWS, COLS=update_cols,
                                        NB=TRIDIAGONAL_PANEL, num_warps=4)
-        _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, j, FINISH_ONLY=False, **column)
-        programs = max(1, triton.cdiv(triton.cdiv(n - j - 1, rows), tiles_per_program))
-        _panel_product_kernel[(batch, programs)](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=rows,
-                                                 NB=TRIDIAGONAL_PANEL, num_warps=8)
+        _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
+                                       FINISH_ONLY=False, **column)
+        _panel_product_kernel[(batch, product_programs(block_n, n - j - 1))](
+            w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=rows, NB=TRIDIAGONAL_PANEL, SHARES=PRODUCT_PROGRAMS,
+            num_warps=8)
     return w, d, e, tau, scale
 
 
