@@ -218,6 +218,16 @@ def _panel_w(panel_ref, p, v, tau, below, i, *, n, block_n, nb):
     return p - (0.5 * tau * jnp.sum(p * v)) * v
 
 
+def _lower_blocks(rows, cols, j, n):
+    """As the Triton port's `_lower_blocks`: (lower, what a row tile of p = A v_j reads, whole 4-column
+    blocks from the one holding j + 1 to the one holding the row's diagonal; mirrored, the blocks left of
+    the diagonal's, which also give the column sums)."""
+    four = jnp.int32(4)  # lax.div, not //: jnp's floor division of a loaded index may fail as its % does
+    blocks, row_blocks = jax.lax.div(cols, four)[None, :], jax.lax.div(rows, four)[:, None]
+    lower = (cols >= jax.lax.div(j + 1, four) * four)[None, :] & (cols < n)[None, :] & (blocks <= row_blocks)
+    return lower, blocks < row_blocks
+
+
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
                                    partials, rows_per_tile, nb, interpret):
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
@@ -253,13 +263,12 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                 r0 = j + 1 + t * rows_per_tile
                 rows = r0 + local
                 inside = rows < n
-                lower = cols[None, :] <= rows[:, None]
-                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
-                             inside[:, None] & below[None, :] & lower) * factor
+                lower, mirrored = _lower_blocks(rows, cols, j, n)
+                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & lower) * factor
                 pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
                                jnp.sum(tile * v[None, :], axis=1), mask=inside)
                 v_rows = _load(panel_ref.at[i, pl.ds(r0, rows_per_tile)], inside)
-                return above_diagonal + jnp.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+                return above_diagonal + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
 
             above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows_per_tile), row_tile,
                                                jnp.zeros((rows_per_tile, block_n), jnp.float32))
@@ -350,13 +359,12 @@ def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref
             r0 = j + 1 + (program + t * programs) * rows_per_tile
             rows = r0 + local
             inside = rows < n
-            lower = cols[None, :] <= rows[:, None]
-            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)],
-                         inside[:, None] & below[None, :] & lower)
+            lower, mirrored = _lower_blocks(rows, cols, j, n)
+            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & lower)
             pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
                            factor * jnp.sum(tile * v[None, :], axis=1), mask=inside)
             v_rows = _load(panel_ref.at[member, pl.ds(r0, rows_per_tile)], inside)
-            return above_diagonal + jnp.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+            return above_diagonal + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
 
         above_diagonal = jax.lax.fori_loop(0, pl.cdiv(tiles - program, programs), row_tile,
                                            jnp.zeros((rows_per_tile, block_n), jnp.float32))

@@ -194,6 +194,17 @@ def _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _lower_blocks(rows, cols, j, n):
+    """What a row tile of the product p = A v_j (v_j zero up to j) reads of the trailing matrix, in whole
+    blocks of 4 columns so that its loads stay 4 wide: (lower, the blocks from the one holding j + 1 up to the
+    one holding each row's diagonal; mirrored, the blocks left of the diagonal's, whose mirror images above the
+    diagonal no row reads: they give the column sums). Each pair of the trailing matrix is counted once."""
+    blocks, row_blocks = (cols // 4)[None, :], (rows // 4)[:, None]
+    lower = (cols >= (j + 1) // 4 * 4)[None, :] & (cols < n)[None, :] & (blocks <= row_blocks)
+    return lower, blocks < row_blocks
+
+
+@triton.jit
 def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
                                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                                    NB: tl.constexpr):
@@ -234,12 +245,12 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j, from the lower triangle
                 rows = j + 1 + t * ROWS + local
                 inside = rows < n
-                lower = cols[None, :] <= rows[:, None]
-                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :] & lower,
-                               other=0.0, cache_modifier=".cg") * factor
+                lower, mirrored = _lower_blocks(rows, cols, j, n)
+                tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
+                               cache_modifier=".cg") * factor
                 tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
                 v_rows = tl.load(vs + i * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-                above_diagonal += tl.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+                above_diagonal += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
             tl.debug_barrier()
             p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(above_diagonal, axis=0)
             tl.store(ws + i * BLOCK_N + cols, _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N))
@@ -270,8 +281,8 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
     """The blocked reduction spread over launches (panels of NB columns as `_tridiagonalize_blocked_kernel`),
     program b per matrix, column j = first + i of its panel: finishes w_{j-1} from p = A v_{j-1} (left
     by `_panel_product_kernel`: its rows' sums, plus the column sums of its `shares` programs, added up
-    SHARE_ROWS at a time from sums [batch, SHARES, BLOCK_N]), then (unless FINISH_ONLY, the launch that closes a panel with j its
-    last column + 1) brings row j up to date with the panel's reflectors and forms v_j, d_j, e_j,
+    SHARE_ROWS at a time from sums [batch, SHARES, BLOCK_N]), then (unless FINISH_ONLY, the launch that
+    closes a panel with j its last column + 1) brings row j up to date with the panel's reflectors and forms v_j, d_j, e_j,
     tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
@@ -323,12 +334,12 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
     for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
-        lower = cols[None, :] <= rows[:, None]
-        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & below[None, :] & lower,
-                       other=0.0, cache_modifier=".cg")
+        lower, mirrored = _lower_blocks(rows, cols, j, n)
+        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
+                       cache_modifier=".cg")
         tl.store(p_buffer + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
         v_rows = tl.load(vs + (j % NB) * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-        above_diagonal += tl.where(cols[None, :] < rows[:, None], tile, 0.0) * v_rows[:, None]
+        above_diagonal += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
     tl.store(sums_ptr + (matrix * SHARES + program) * BLOCK_N + cols, factor * tl.sum(above_diagonal, axis=0))
 
 
@@ -907,7 +918,8 @@ def _tridiagonal_replayed(a: torch.Tensor):
         _tridiagonal(static_input)  # compiles every kernel before the capture
         torch.cuda.synchronize(a.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread-local: JAX's runtime threads (the driver runs both ports in one process) may call CUDA meanwhile
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outputs = _tridiagonal(static_input)
         _GRAPHS[key] = (graph, static_input, outputs)
         while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
