@@ -282,8 +282,8 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
     program b per matrix, column j = first + i of its panel: finishes w_{j-1} from p = A v_{j-1} (left
     by `_panel_product_kernel`: its rows' sums, plus the column sums of its `shares` programs, added up
     SHARE_ROWS at a time from sums [batch, SHARES, BLOCK_N]), then (unless FINISH_ONLY, the launch that
-    closes a panel with j its last column + 1) brings row j up to date with the panel's reflectors and forms v_j, d_j, e_j,
-    tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
+    closes a panel with j its last column + 1) brings row j up to date with the panel's reflectors and
+    forms v_j, d_j, e_j, tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     members = tl.arange(0, NB)
