@@ -194,28 +194,32 @@ def _panel_tiles(panel_ref, used, *, n, block_n, nb):
                        (rows < used)[:, None] & (cols < n)[None, :]) for part in (0, 1))
 
 
-def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, *, n, block_n, nb):
-    """As the Triton port's `_panel_reflector`: row j up to date with the panel's earlier reflectors,
-    v_j into V's row i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
+def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, *, n, block_n):
+    """As the Triton port's `_panel_reflector`: row j up to date with the panel's earlier reflectors
+    (less `correction`, from `_panel_w`), v_j into V's row i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
     cols = jnp.arange(block_n)
-    v_panel, w_panel = _panel_tiles(panel_ref, i, n=n, block_n=block_n, nb=nb)
-    v_j = jnp.sum(jnp.where(cols[None, :] == j, v_panel, 0.0), axis=1)
-    w_j = jnp.sum(jnp.where(cols[None, :] == j, w_panel, 0.0), axis=1)
-    row = _load(w_ref.at[j, pl.ds(0, block_n)], cols < n) * factor
-    row -= jnp.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
+    row = _load(w_ref.at[j, pl.ds(0, block_n)], cols < n) * factor - correction
     v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
     tau_ref[j] = tau
     panel_ref[i, :] = v
     return v, tau
 
 
-def _panel_w(panel_ref, p, v, tau, below, i, *, n, block_n, nb):
-    """As the Triton port's `_panel_w`: W's row for member i from p = A v."""
+def _panel_w(panel_ref, p, v, tau, below, j, i, *, n, block_n, nb):
+    """As the Triton port's `_panel_w`: W's row for column j = member i from p = A v, and row j + 1's
+    correction from the panel's members up to i: (w, correction)."""
+    cols = jnp.arange(block_n)
     v_panel, w_panel = _panel_tiles(panel_ref, i, n=n, block_n=block_n, nb=nb)
     w_v = jnp.sum(w_panel * v[None, :], axis=1)
     v_v = jnp.sum(v_panel * v[None, :], axis=1)
     p = jnp.where(below, tau * (p - jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-    return p - (0.5 * tau * jnp.sum(p * v)) * v
+    w_row = p - (0.5 * tau * jnp.sum(p * v)) * v
+    next_row = cols == j + 1
+    v_next = jnp.sum(jnp.where(next_row[None, :], v_panel, 0.0), axis=1)
+    w_next = jnp.sum(jnp.where(next_row[None, :], w_panel, 0.0), axis=1)
+    correction = jnp.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
+    return w_row, (correction + jnp.sum(jnp.where(next_row, v, 0.0)) * w_row
+                   + jnp.sum(jnp.where(next_row, w_row, 0.0)) * v)
 
 
 def _lower_blocks(rows, cols, j, n):
@@ -252,10 +256,10 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         first = panel * nb
         width = jnp.minimum(nb, n - first)
 
-        @pl.loop(0, width)
-        def _(i):
+        def column(i, correction):
             j = first + i
-            v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
+            v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, n=n,
+                                      block_n=block_n)
             below = in_cols & (cols > j)
             _barrier(interpret)  # v, just stored as V's row i, is read back by row below
 
@@ -274,9 +278,12 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                                                jnp.zeros((rows_per_tile, block_n), jnp.float32))
             _barrier(interpret)
             p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(above_diagonal, axis=0)
-            panel_ref[nb + i, :] = _panel_w(panel_ref, p, v, tau, below, i, **sizes)
+            panel_ref[nb + i, :], correction = _panel_w(panel_ref, p, v, tau, below, j, i, **sizes)
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
+            return correction
+
+        jax.lax.fori_loop(0, width, column, jnp.zeros((block_n,), jnp.float32))  # a panel's first row is up to date
 
         last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
         below = in_cols & (cols >= last)
@@ -315,8 +322,7 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
     pltriton.store(scale_ref, scale, mask=j == 0)
     factor = jnp.where(j < nb, 1.0 / scale, 1.0)
 
-    @pl.when(i > 0)  # W's row for column j - 1
-    def _():
+    def finish_w():  # W's row for column j - 1, and row j's correction
         below = in_cols & (cols > j - 1)
         shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, rows_per_tile))
         share_rows = jnp.arange(rows_per_tile)
@@ -330,11 +336,15 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
                                         jnp.zeros((rows_per_tile, block_n), jnp.float32))
         p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(column_sums, axis=0)
         v = _load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
-        panel_ref[nb + i - 1, :] = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, i - 1, **sizes)
+        panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1, **sizes)
+        return correction
 
+    # a panel's first row is up to date
+    correction = jax.lax.cond(i > 0, finish_w, lambda: jnp.zeros((block_n,), jnp.float32))
     _barrier(interpret)
     if not finish_only:
-        v, _ = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
+        v, _ = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, n=n,
+                                block_n=block_n)
         pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
 
 

@@ -165,15 +165,11 @@ def _panel_tiles(vs, ws, used, members, cols, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _panel_reflector(w, d, e, tau_ptr, vs, ws, j, i, factor, n, members, cols, BLOCK_N: tl.constexpr):
+def _panel_reflector(w, d, e, tau_ptr, vs, j, i, factor, correction, n, cols, BLOCK_N: tl.constexpr):
     """Column j = member i of its panel: row j brought up to date with the panel's earlier
-    reflectors (row j -= sum_q v_q[j] w_q + w_q[j] v_q), its reflector v_j stored as V's row i,
-    d_j, e_j and tau_j stored: (v_j, tau_j)."""
-    v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
-    row = tl.load(w + j * n + cols, mask=cols < n, other=0.0, cache_modifier=".cg") * factor
-    v_j = tl.sum(tl.where(cols[None, :] == j, v_panel, 0.0), axis=1)
-    w_j = tl.sum(tl.where(cols[None, :] == j, w_panel, 0.0), axis=1)
-    row -= tl.sum(v_j[:, None] * w_panel + w_j[:, None] * v_panel, axis=0)
+    reflectors (row j -= correction, sum_q v_q[j] w_q + w_q[j] v_q over them, from `_panel_w`),
+    its reflector v_j stored as V's row i, d_j, e_j and tau_j stored: (v_j, tau_j)."""
+    row = tl.load(w + j * n + cols, mask=cols < n, other=0.0, cache_modifier=".cg") * factor - correction
     v, tau, diagonal, off = _householder(row, j, cols)
     tl.store(d + j, diagonal)
     tl.store(e + j, off)
@@ -183,14 +179,21 @@ def _panel_reflector(w, d, e, tau_ptr, vs, ws, j, i, factor, n, members, cols, B
 
 
 @triton.jit
-def _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N: tl.constexpr):
-    """W's row for member i (reflector v, tau) from p = A v, A as at the panel's start:
-    tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W the members before i."""
+def _panel_w(p, v, tau, below, vs, ws, j, i, members, cols, BLOCK_N: tl.constexpr):
+    """W's row for column j = member i (reflector v, tau) from p = A v, A as at the panel's start:
+    w = tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W the members before i. Also
+    row j + 1's correction for its reflector, sum_q v_q[j + 1] w_q + w_q[j + 1] v_q over the
+    members up to i, while V and W are loaded (one load of the panel a column, not two): (w, correction)."""
     v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
     w_v = tl.sum(w_panel * v[None, :], axis=1)
     v_v = tl.sum(v_panel * v[None, :], axis=1)
     p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-    return p - (0.5 * tau * tl.sum(p * v)) * v
+    w_row = p - (0.5 * tau * tl.sum(p * v)) * v
+    next_row = cols == j + 1
+    v_next = tl.sum(tl.where(next_row[None, :], v_panel, 0.0), axis=1)
+    w_next = tl.sum(tl.where(next_row[None, :], w_panel, 0.0), axis=1)
+    correction = tl.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
+    return w_row, correction + tl.sum(tl.where(next_row, v, 0.0)) * w_row + tl.sum(tl.where(next_row, w_row, 0.0)) * v
 
 
 @triton.jit
@@ -234,10 +237,11 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
         factor = tl.where(panel == 0, 1.0 / scale, 1.0)
         first = panel * NB
         width = tl.minimum(NB, n - first)
+        correction = tl.zeros((BLOCK_N,), tl.float32)  # the panel's first row is up to date
         for i in range(0, width):
             j = first + i
-            v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i,
-                                      factor, n, members, cols, BLOCK_N)
+            v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, j, i,
+                                      factor, correction, n, cols, BLOCK_N)
             below = in_cols & (cols > j)
             tl.debug_barrier()  # v, just stored as V's row i, is read back by row below
             above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
@@ -253,7 +257,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
                 above_diagonal += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
             tl.debug_barrier()
             p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(above_diagonal, axis=0)
-            tl.store(ws + i * BLOCK_N + cols, _panel_w(p, v, tau, below, vs, ws, i, members, cols, BLOCK_N))
+            w_row, correction = _panel_w(p, v, tau, below, vs, ws, j, i, members, cols, BLOCK_N)
+            tl.store(ws + i * BLOCK_N + cols, w_row)
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
             tl.debug_barrier()
         last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
@@ -295,7 +300,8 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
         tl.store(scale_ptr + matrix, _scale(partial_ptr, matrix, partials, PARTIALS))
         tl.debug_barrier()
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
-    if i > 0:  # W's row for column j - 1
+    correction = tl.zeros((BLOCK_N,), tl.float32)  # a panel's first row is up to date
+    if i > 0:  # W's row for column j - 1, and row j's correction
         below = in_cols & (cols > j - 1)
         share_rows = tl.arange(0, SHARE_ROWS)
         column_sums = tl.zeros((SHARE_ROWS, BLOCK_N), tl.float32)
@@ -305,12 +311,13 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
                                    mask=(share < shares)[:, None], other=0.0)
         p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(column_sums, axis=0)
         v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
-        w_row = _panel_w(p, v, tl.load(tau_ptr + matrix * n + j - 1), below, vs, ws, i - 1, members, cols, BLOCK_N)
+        w_row, correction = _panel_w(p, v, tl.load(tau_ptr + matrix * n + j - 1), below, vs, ws, j - 1, i - 1,
+                                     members, cols, BLOCK_N)
         tl.store(ws + (i - 1) * BLOCK_N + cols, w_row)
         tl.debug_barrier()
     if not FINISH_ONLY:
-        v, _ = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i, factor,
-                                n, members, cols, BLOCK_N)
+        v, _ = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, j, i, factor,
+                                correction, n, cols, BLOCK_N)
         tl.store(w + j * n + cols, v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
