@@ -257,7 +257,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
             j = first + i
             v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, **sizes)
             below = in_cols & (cols > j)
-            _barrier(interpret)  # v, just stored as V's row i, is read back by row below
+            _barrier(interpret)  # v, just stored as V's row i, is read back a row tile at a time
 
             def row_tile(t, above_diagonal):  # p = A v for the rows below j, from the lower triangle
                 r0 = j + 1 + t * rows_per_tile

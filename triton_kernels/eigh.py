@@ -20,7 +20,7 @@ n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (t
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
 1. `_symmetrize_kernel`, then Householder reflectors T = H^T (A / max|A|) H, the trailing matrix
    in global memory. A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one
-   launch, one program per matrix, in panels (read once per column, written once per panel);
+   launch, one program per matrix, in panels (lower triangle read once per column, written once per panel);
    otherwise the same panels run over launches (`ports.eigh.one_launch`): per column,
    `_panel_column_kernel` (one program a matrix) forms the reflector and `_panel_product_kernel`
    shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
@@ -239,7 +239,7 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, ws, j, i,
                                       factor, n, members, cols, BLOCK_N)
             below = in_cols & (cols > j)
-            tl.debug_barrier()  # v, just stored as V's row i, is read back by row below
+            tl.debug_barrier()  # v, just stored as V's row i, is read back a row tile at a time
             above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
             # zero-based: see _orthonormalize_kernel
             for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j, from the lower triangle
