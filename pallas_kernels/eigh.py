@@ -651,14 +651,16 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, a
                                    block_n, cluster_gap):
     """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) sums the panel block's
     correction against every programs-th earlier block of its first cluster, from the s-th, into
-    partial_ref[s] (zero where the second pass does not run, again_ref). index_ref: the panel, and 1
-    in the first pass, 0 in the second."""
+    partial_ref[s], only where the panel's first cluster continues from earlier panels and the pass
+    runs (again_ref), which is where the finish reads it. index_ref: the panel, and 1 in the first
+    pass, 0 in the second."""
     panel, first_pass, share, programs = index_ref[0], index_ref[1], pl.program_id(1), pl.num_programs(1)
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
 
-    def earlier_blocks():
+    @pl.when(continued & ((first_pass != 0) | (again_ref[...] != 0)))  # what the finish reads, as the Triton port
+    def _():
         block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
 
         def accumulate(step, correction):
@@ -666,12 +668,9 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, a
                                                   panel * PANEL, n=n, block_n=block_n)
 
         count = pl.cdiv(pl.cdiv(panel * PANEL - start, PANEL) - share, programs)  # from zero, as above
-        return jax.lax.fori_loop(0, count, accumulate, jnp.zeros((PANEL, block_n), jnp.float32))
-
-    needed = continued & ((first_pass != 0) | (again_ref[...] != 0))
-    correction = jax.lax.cond(needed, earlier_blocks, lambda: jnp.zeros((PANEL, block_n), jnp.float32))
-    pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], correction,
-                   mask=(jnp.arange(block_n) < n)[None, :])
+        correction = jax.lax.fori_loop(0, count, accumulate, jnp.zeros((PANEL, block_n), jnp.float32))
+        pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], correction,
+                       mask=(jnp.arange(block_n) < n)[None, :])
 
 
 def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
@@ -691,7 +690,8 @@ def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, 
 
     def gram_schmidt_pass():
         block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
-        correction = jax.lax.fori_loop(0, programs, add_share, jnp.zeros((PANEL, block_n), jnp.float32))
+        zero = jnp.zeros((PANEL, block_n), jnp.float32)
+        correction = jax.lax.cond(continued, lambda: jax.lax.fori_loop(0, programs, add_share, zero), lambda: zero)
         block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
         block, lengths = _within_clusters(block, cluster, first_cluster, continued)
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
