@@ -173,6 +173,23 @@ def tridiagonal_stage(port, name):
 @pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
 @pytest.mark.parametrize("port", PORTS)
 def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch):
+    assert_reduction_is_an_orthogonal_similarity(port, family, one_launch)
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_product_column_sums_from_few_programs_of_many_tiles(port, monkeypatch):
+    # Over launches, each product program reads several row tiles of the lower triangle and leaves one share of
+    # the column sums: with 2-row tiles and at most 3 programs, the column kernel adds 3 shares, 2 at a time.
+    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    for module in (spec, kernels):
+        monkeypatch.setattr(module, "TILE", 256)
+    for module in (spec, kernels) if port == "triton" else (spec,):
+        monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
+    assert spec.product_programs(128, 69) == 3
+    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
+
+
+def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
     w, d, e, tau, scale = tridiagonal_stage(port, "_reduce")(a, one_launch)
