@@ -821,7 +821,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                  SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=max(1, TILE // block_n), num_warps=vector_panel_warps(block_n))
+                  SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows, num_warps=vector_panel_warps(block_n))
     update_cols = min(block_n, PANEL_UPDATE_COLS)
     for j in range(n):
         shares = product_programs(block_n, n - j)  # the programs of column j - 1's product
