@@ -195,10 +195,11 @@ def _panel_tiles(panel_ref, used, *, n, block_n, nb):
 
 
 def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, *, n, block_n):
-    """As the Triton port's `_panel_reflector`: row j up to date with the panel's earlier reflectors
-    (less `correction`, from `_panel_w`), v_j into V's row i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
+    """As the Triton port's `_panel_reflector`: row j (read as column j on and below the diagonal) up
+    to date with the panel's earlier reflectors (less `correction`, from `_panel_w`), v_j into V's row
+    i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
     cols = jnp.arange(block_n)
-    row = _load(w_ref.at[j, pl.ds(0, block_n)], cols < n) * factor - correction
+    row = _load(w_ref.at[pl.ds(0, block_n), j], (cols >= j) & (cols < n)) * factor - correction
     v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
     tau_ref[j] = tau
     panel_ref[i, :] = v
@@ -227,9 +228,14 @@ def _lower_blocks(rows, cols, j, n):
     blocks from the one holding j + 1 to the one holding the row's diagonal; mirrored, the blocks left of
     the diagonal's, which also give the column sums)."""
     four = jnp.int32(4)  # lax.div, not //: jnp's floor division of a loaded index may fail as its % does
-    blocks, row_blocks = jax.lax.div(cols, four)[None, :], jax.lax.div(rows, four)[:, None]
-    lower = (cols >= jax.lax.div(j + 1, four) * four)[None, :] & (cols < n)[None, :] & (blocks <= row_blocks)
-    return lower, blocks < row_blocks
+    lower = (cols >= jax.lax.div(j + 1, four) * four)[None, :] & (cols < n)[None, :] & _lower_block_triangle(rows, cols)
+    return lower, jax.lax.div(cols, four)[None, :] < jax.lax.div(rows, four)[:, None]
+
+
+def _lower_block_triangle(rows, cols):
+    """As the Triton port's `_lower_block_triangle`: the blocks of 4 columns up to each row's diagonal block."""
+    four = jnp.int32(4)
+    return jax.lax.div(cols, four)[None, :] <= jax.lax.div(rows, four)[:, None]
 
 
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
@@ -293,7 +299,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         def _(t):
             r0 = last + t * rows_per_tile
             inside = (r0 + local) < n
-            mask = inside[:, None] & below[None, :]
+            mask = inside[:, None] & below[None, :] & _lower_block_triangle(r0 + local, cols)
             tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
             present = (members < width)[:, None] & inside[None, :]  # nb x rows: V's and W's columns r0 ...
             v_rows = _load(panel_ref.at[pl.ds(0, nb), pl.ds(r0, rows_per_tile)], present)
@@ -382,25 +388,28 @@ def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref
 
 
 def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_per_tile, cols_per_tile, nb):
-    """As the Triton port's `_panel_update_kernel`: A -= V W^T + W V^T on the tile (r, c) of program
-    (b, r, c) below and right of the (full) panel ending at column last; the first panel also scales A.
-    The grid is the first panel's: later panels leave the programs beyond the trailing matrix idle, and
-    they return at once (H200, 60x1024: the update took 12 ms of the call when they ran masked)."""
+    """As the Triton port's `_panel_update_kernel`: A -= V W^T + W V^T on the lower triangle of the
+    tile (r, c) of program (b, r, c) below and right of the (full) panel ending at column last; the
+    first panel also scales A. The grid is the first panel's: later panels leave the programs beyond
+    the trailing matrix idle, and they return at once (H200, 60x1024: the update took 12 ms of the
+    call when they ran masked), as do those above the diagonal blocks."""
     last = last_ref[0]
     r0 = last + pl.program_id(1) * rows_per_tile
     c0 = last + pl.program_id(2) * cols_per_tile
+    rows, cols = r0 + jnp.arange(rows_per_tile), c0 + jnp.arange(cols_per_tile)
+    four = jnp.int32(4)
 
-    @pl.when((r0 < n) & (c0 < n))
+    @pl.when((r0 < n) & (jax.lax.div(c0, four) <= jax.lax.div(r0 + rows_per_tile - 1, four)))
     def _():
         members = jnp.arange(nb)
-        inside = (r0 + jnp.arange(rows_per_tile)) < n
-        valid = (c0 + jnp.arange(cols_per_tile)) < n
+        inside = rows < n
+        valid = cols < n
         v_rows, w_rows = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(r0, rows_per_tile)], inside[None, :])
                           for part in (0, 1))  # nb x rows
         v_cols, w_cols = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(c0, cols_per_tile)],
                                 (members < nb)[:, None] & valid[None, :]) for part in (0, 1))
         tile_ref = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
-        mask = inside[:, None] & valid[None, :]
+        mask = inside[:, None] & valid[None, :] & _lower_block_triangle(rows, cols)
         factor = jnp.where(last <= nb, 1.0 / scale_ref[...], 1.0)
         update = _dot_ieee(v_rows.T, w_cols) + _dot_ieee(w_rows.T, v_cols)
         pltriton.store(tile_ref, _load(tile_ref, mask) * factor - update, mask=mask)

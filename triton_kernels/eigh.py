@@ -166,10 +166,12 @@ def _panel_tiles(vs, ws, used, members, cols, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _panel_reflector(w, d, e, tau_ptr, vs, j, i, factor, correction, n, cols, BLOCK_N: tl.constexpr):
-    """Column j = member i of its panel: row j brought up to date with the panel's earlier
-    reflectors (row j -= correction, sum_q v_q[j] w_q + w_q[j] v_q over them, from `_panel_w`),
-    its reflector v_j stored as V's row i, d_j, e_j and tau_j stored: (v_j, tau_j)."""
-    row = tl.load(w + j * n + cols, mask=cols < n, other=0.0, cache_modifier=".cg") * factor - correction
+    """Column j = member i of its panel: row j (read as column j on and below the diagonal, the
+    part the trailing updates keep) brought up to date with the panel's earlier reflectors (row j
+    -= correction, sum_q v_q[j] w_q + w_q[j] v_q over them, from `_panel_w`), its reflector v_j
+    stored as V's row i, d_j, e_j and tau_j stored: (v_j, tau_j)."""
+    row = tl.load(w + cols * n + j, mask=(cols >= j) & (cols < n), other=0.0, cache_modifier=".cg") * factor
+    row -= correction
     v, tau, diagonal, off = _householder(row, j, cols)
     tl.store(d + j, diagonal)
     tl.store(e + j, off)
@@ -202,9 +204,15 @@ def _lower_blocks(rows, cols, j, n):
     blocks of 4 columns so that its loads stay 4 wide: (lower, the blocks from the one holding j + 1 up to the
     one holding each row's diagonal; mirrored, the blocks left of the diagonal's, whose mirror images above the
     diagonal no row reads: they give the column sums). Each pair of the trailing matrix is counted once."""
-    blocks, row_blocks = (cols // 4)[None, :], (rows // 4)[:, None]
-    lower = (cols >= (j + 1) // 4 * 4)[None, :] & (cols < n)[None, :] & (blocks <= row_blocks)
-    return lower, blocks < row_blocks
+    lower = (cols >= (j + 1) // 4 * 4)[None, :] & (cols < n)[None, :] & _lower_block_triangle(rows, cols)
+    return lower, (cols // 4)[None, :] < (rows // 4)[:, None]
+
+
+@triton.jit
+def _lower_block_triangle(rows, cols):
+    """The lower triangle in whole 4-column blocks (4-wide loads): the blocks up to each row's
+    diagonal block, which is all the reflectors and products read (and the trailing updates write)."""
+    return (cols // 4)[None, :] <= (rows // 4)[:, None]
 
 
 @triton.jit
@@ -220,8 +228,9 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads
     the trailing matrix's lower triangle once (p = A v_j, ROWS rows at a time: each row tile gives
     its rows' sums and adds to every column's sum by symmetry) and writes nothing; the panel's end
-    applies A -= V W^T + W V^T to the trailing matrix below it, one read and one write a panel
-    instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
+    applies A -= V W^T + W V^T to the trailing matrix's lower triangle (`_lower_block_triangle`),
+    one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the
+    panel's V and W rows and p.
     The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
     underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
@@ -268,7 +277,7 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             rows = last + t * ROWS + local
             inside = rows < n
             ptrs = w + rows[:, None] * n + cols[None, :]
-            mask = inside[:, None] & below[None, :]
+            mask = inside[:, None] & below[None, :] & _lower_block_triangle(rows, cols)
             transposed = members[None, :] * BLOCK_N + rows[:, None]  # ROWS x NB: V's and W's columns `rows`
             present = inside[:, None] & (members < width)[None, :]
             v_rows = tl.load(vs + transposed, mask=present, other=0.0, cache_modifier=".cg")
@@ -353,29 +362,31 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
 @triton.jit(do_not_specialize=["last"])
 def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
                          COLS: tl.constexpr, NB: tl.constexpr):
-    """A -= V W^T + W V^T below and right of the panel ending at column last, program (b, r, c) on
-    the ROWS x COLS tile (r, c) of the trailing matrix: two float32 products of NB-deep operands
-    (COLS columns wide, so they fit in shared memory at any n). The first panel also scales A."""
+    """A -= V W^T + W V^T below and right of the panel ending at column last, on its lower triangle
+    (`_lower_block_triangle`), program (b, r, c) on the ROWS x COLS tile (r, c) of the trailing
+    matrix: two float32 products of NB-deep operands (COLS columns wide, so they fit in shared
+    memory at any n); tiles above the diagonal blocks do nothing. The first panel also scales A."""
     matrix = tl.program_id(0).to(tl.int64)
-    rows = last + tl.program_id(1) * ROWS + tl.arange(0, ROWS)
-    cols = last + tl.program_id(2) * COLS + tl.arange(0, COLS)
-    members = tl.arange(0, NB)
-    width = last - (last - 1) // NB * NB
-    w = w_ptr + matrix * n * n
-    vs, ws, _ = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
-    present = (members < width)[None, :]
-    inside, valid = rows < n, cols < n
-    v_rows = tl.load(vs + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
-    w_rows = tl.load(ws + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
-    beside = (members < width)[:, None] & valid[None, :]
-    v_cols = tl.load(vs + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
-    w_cols = tl.load(ws + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
-    ptrs = w + rows[:, None] * n + cols[None, :]
-    mask = inside[:, None] & valid[None, :]
-    factor = tl.where(last <= NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
-    tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
-    tile -= tl.dot(v_rows, w_cols, input_precision="ieee") + tl.dot(w_rows, v_cols, input_precision="ieee")
-    tl.store(ptrs, tile, mask=mask)
+    r0, c0 = last + tl.program_id(1) * ROWS, last + tl.program_id(2) * COLS
+    if c0 // 4 <= (r0 + ROWS - 1) // 4:
+        rows, cols = r0 + tl.arange(0, ROWS), c0 + tl.arange(0, COLS)
+        members = tl.arange(0, NB)
+        width = last - (last - 1) // NB * NB
+        w = w_ptr + matrix * n * n
+        vs, ws, _ = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
+        present = (members < width)[None, :]
+        inside, valid = rows < n, cols < n
+        v_rows = tl.load(vs + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
+        w_rows = tl.load(ws + members[None, :] * BLOCK_N + rows[:, None], mask=inside[:, None] & present, other=0.0)
+        beside = (members < width)[:, None] & valid[None, :]
+        v_cols = tl.load(vs + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+        w_cols = tl.load(ws + members[:, None] * BLOCK_N + cols[None, :], mask=beside, other=0.0)
+        ptrs = w + rows[:, None] * n + cols[None, :]
+        mask = inside[:, None] & valid[None, :] & _lower_block_triangle(rows, cols)
+        factor = tl.where(last <= NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
+        tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+        tile -= tl.dot(v_rows, w_cols, input_precision="ieee") + tl.dot(w_rows, v_cols, input_precision="ieee")
+        tl.store(ptrs, tile, mask=mask)
 
 
 @triton.jit
