@@ -880,6 +880,18 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
     return z, residual
 
 
+def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int | None:
+    """Register cap a thread for the one-program-a-matrix Gram-Schmidt: where its programs queue for the SMs, so
+    that two fit an SM's 65536 registers, if that leaves at least 128 (8 warps: 128; it compiles to 255, one
+    program an SM). H200, Triton 3.6, 640x512: clustered 224 ms against 243, dense 122 against 124, although
+    each thread spills 424 bytes (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
+    this: Pallas's Triton compiler parameters have no register cap."""
+    cap = 65536 // (2 * 32 * warps)
+    if device.type != "cuda" or cap < 128 or cap >= 255:
+        return None
+    return cap if programs > torch.cuda.get_device_properties(device).multi_processor_count else None
+
+
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
                     split: bool | None = None):
     """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
@@ -890,7 +902,8 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     warps = vector_panel_warps(block_n)
     if not (split_gram_schmidt(batch, n) if split is None else split):
         _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
-                                         BLOCK_N=block_n, PANEL=PANEL, num_warps=warps)
+                                         BLOCK_N=block_n, PANEL=PANEL, num_warps=warps,
+                                         maxnreg=_two_programs_an_sm(batch, warps, z.device))
         return z
     panels = triton.cdiv(n, PANEL)
     programs = max(1, min(panels, triton.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
