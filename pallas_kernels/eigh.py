@@ -401,13 +401,12 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
 
     @pl.when((r0 < n) & (jax.lax.div(c0, four) <= jax.lax.div(r0 + rows_per_tile - 1, four)))
     def _():
-        members = jnp.arange(nb)
         inside = rows < n
         valid = cols < n
         v_rows, w_rows = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(r0, rows_per_tile)], inside[None, :])
                           for part in (0, 1))  # nb x rows
-        v_cols, w_cols = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(c0, cols_per_tile)],
-                                (members < nb)[:, None] & valid[None, :]) for part in (0, 1))
+        v_cols, w_cols = (_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(c0, cols_per_tile)], valid[None, :])
+                          for part in (0, 1))  # nb x cols: a panel closed here is full
         tile_ref = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
         mask = inside[:, None] & valid[None, :] & _lower_block_triangle(rows, cols)
         factor = jnp.where(last <= nb, 1.0 / scale_ref[...], 1.0)
