@@ -235,8 +235,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     the trailing matrix's lower triangle once (p = A v_j, ROWS rows at a time: each row tile gives
     its rows' sums and adds to every column's sum by symmetry) and writes nothing; the panel's end
     applies A -= V W^T + W V^T to the trailing matrix's lower triangle (`_lower_block_triangle`),
-    COLS columns at a time, one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the
-    panel's V and W rows and p.
+    COLS columns at a time, one read and one write a panel instead of a column. panel [batch,
+    2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
     The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
     underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
