@@ -40,11 +40,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
-                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_UPDATE_COLS,
-                        PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
-                        validate, vector_panel_warps)
+                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_CHUNK,
+                        PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
+                        TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
+                        back_transform_warps, check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
+                        product_programs, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -186,11 +186,12 @@ def _scale(partial_ref, partials, needed):
     return jnp.where(biggest > 0, biggest, 1.0)
 
 
-def _panel_tiles(panel_ref, used, *, n, block_n, nb):
-    """As the Triton port's `_panel_tiles`: the panel's V and W (panel rows 0 .. nb - 1 and
-    nb .. 2 nb - 1) before member `used`, nb x block_n, zero beyond."""
-    rows, cols = jnp.arange(nb), jnp.arange(block_n)
-    return tuple(_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(0, block_n)],
+def _panel_tiles(panel_ref, used, first, count, c0, width, *, n, nb):
+    """As the Triton port's `_panel_tiles`: members first .. first + count - 1 of the panel's V and W
+    (panel rows 0 .. nb - 1 and nb .. 2 nb - 1) before member `used`, columns c0 .. c0 + width - 1:
+    count x width tiles, zero beyond."""
+    rows, cols = first + jnp.arange(count), c0 + jnp.arange(width)
+    return tuple(_load(panel_ref.at[pl.ds(part * nb + first, count), pl.ds(c0, width)],
                        (rows < used)[:, None] & (cols < n)[None, :]) for part in (0, 1))
 
 
@@ -206,19 +207,26 @@ def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, corr
     return v, tau
 
 
-def _panel_w(panel_ref, p, v, tau, below, j, i, *, n, block_n, nb):
+def _panel_w(panel_ref, p, v, tau, below, j, i, *, n, block_n, nb, chunk):
     """As the Triton port's `_panel_w`: W's row for column j = member i from p = A v, and row j + 1's
-    correction from the panel's members up to i: (w, correction)."""
+    correction from the panel's members up to i, V and W read chunk members at a time: (w, correction)."""
     cols = jnp.arange(block_n)
-    v_panel, w_panel = _panel_tiles(panel_ref, i, n=n, block_n=block_n, nb=nb)
-    w_v = jnp.sum(w_panel * v[None, :], axis=1)
-    v_v = jnp.sum(v_panel * v[None, :], axis=1)
-    p = jnp.where(below, tau * (p - jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-    w_row = p - (0.5 * tau * jnp.sum(p * v)) * v
     next_row = cols == j + 1
-    v_next = jnp.sum(jnp.where(next_row[None, :], v_panel, 0.0), axis=1)
-    w_next = jnp.sum(jnp.where(next_row[None, :], w_panel, 0.0), axis=1)
-    correction = jnp.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
+
+    def members(c, sums):
+        projection, correction = sums
+        v_panel, w_panel = _panel_tiles(panel_ref, i, c * chunk, chunk, 0, block_n, n=n, nb=nb)
+        w_v = jnp.sum(w_panel * v[None, :], axis=1)
+        v_v = jnp.sum(v_panel * v[None, :], axis=1)
+        v_next = jnp.sum(jnp.where(next_row[None, :], v_panel, 0.0), axis=1)
+        w_next = jnp.sum(jnp.where(next_row[None, :], w_panel, 0.0), axis=1)
+        return (projection + jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0),
+                correction + jnp.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0))
+
+    zeros = jnp.zeros((block_n,), jnp.float32)
+    projection, correction = jax.lax.fori_loop(0, pl.cdiv(i, chunk), members, (zeros, zeros))
+    p = jnp.where(below, tau * (p - projection), 0.0)
+    w_row = p - (0.5 * tau * jnp.sum(p * v)) * v
     return w_row, (correction + jnp.sum(jnp.where(next_row, v, 0.0)) * w_row
                    + jnp.sum(jnp.where(next_row, w_row, 0.0)) * v)
 
@@ -239,7 +247,7 @@ def _lower_block_triangle(rows, cols):
 
 
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
-                                   partials, rows_per_tile, nb, interpret):
+                                   partials, rows_per_tile, cols_per_tile, nb, chunk, interpret):
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
     of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
     reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
@@ -278,34 +286,42 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                 pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
                                jnp.sum(tile * v[None, :], axis=1), mask=inside)
                 v_rows = _load(panel_ref.at[i, pl.ds(r0, rows_per_tile)], inside)
-                return above_diagonal + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
+                return above_diagonal + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
 
             above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows_per_tile), row_tile,
-                                               jnp.zeros((rows_per_tile, block_n), jnp.float32))
+                                               jnp.zeros((block_n,), jnp.float32))
             _barrier(interpret)
-            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(above_diagonal, axis=0)
-            panel_ref[nb + i, :], correction = _panel_w(panel_ref, p, v, tau, below, j, i, **sizes)
+            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + above_diagonal
+            panel_ref[nb + i, :], correction = _panel_w(panel_ref, p, v, tau, below, j, i, chunk=chunk, **sizes)
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
             return correction
 
         jax.lax.fori_loop(0, width, column, jnp.zeros((block_n,), jnp.float32))  # a panel's first row is up to date
 
-        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
-        below = in_cols & (cols >= last)
-        v_panel, w_panel = _panel_tiles(panel_ref, width, **sizes)
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T on its lower triangle,
+        # cols_per_tile columns at a time (V's and W's nb x cols_per_tile tiles held), two products a tile
+        first_block = jax.lax.div(last, jnp.int32(cols_per_tile))
 
-        @pl.loop(0, pl.cdiv(n - last, rows_per_tile))
-        def _(t):
-            r0 = last + t * rows_per_tile
-            inside = (r0 + local) < n
-            mask = inside[:, None] & below[None, :] & _lower_block_triangle(r0 + local, cols)
-            tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)]
-            present = (members < width)[:, None] & inside[None, :]  # nb x rows: V's and W's columns r0 ...
-            v_rows = _load(panel_ref.at[pl.ds(0, nb), pl.ds(r0, rows_per_tile)], present)
-            w_rows = _load(panel_ref.at[pl.ds(nb, nb), pl.ds(r0, rows_per_tile)], present)
-            update = _dot_ieee(v_rows.T, w_panel) + _dot_ieee(w_rows.T, v_panel)
-            pltriton.store(tile_rows, _load(tile_rows, mask) * factor - update, mask=mask)
+        @pl.loop(0, pl.cdiv(n, cols_per_tile) - first_block)
+        def _(b):
+            c0 = (first_block + b) * cols_per_tile
+            chunk_cols = c0 + jnp.arange(cols_per_tile)
+            right = (chunk_cols >= last) & (chunk_cols < n)
+            v_panel, w_panel = _panel_tiles(panel_ref, width, 0, nb, c0, cols_per_tile, n=n, nb=nb)
+            top = jnp.maximum(last, c0)  # rows above c0 hold nothing of these columns' lower triangle
+
+            @pl.loop(0, pl.cdiv(n - top, rows_per_tile))
+            def _(t):
+                r0 = top + t * rows_per_tile
+                inside = (r0 + local) < n
+                mask = inside[:, None] & right[None, :] & _lower_block_triangle(r0 + local, chunk_cols)
+                tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
+                present = (members < width)[:, None] & inside[None, :]  # nb x rows: V's and W's columns r0 ...
+                v_rows = _load(panel_ref.at[pl.ds(0, nb), pl.ds(r0, rows_per_tile)], present)
+                w_rows = _load(panel_ref.at[pl.ds(nb, nb), pl.ds(r0, rows_per_tile)], present)
+                update = _dot_ieee(v_rows.T, w_panel) + _dot_ieee(w_rows.T, v_panel)
+                pltriton.store(tile_rows, _load(tile_rows, mask) * factor - update, mask=mask)
 
         _barrier(interpret)
 
@@ -342,7 +358,8 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
                                         jnp.zeros((rows_per_tile, block_n), jnp.float32))
         p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(column_sums, axis=0)
         v = _load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
-        panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1, **sizes)
+        panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1,
+                                                        chunk=column_panel_chunk(block_n), **sizes)
         return correction
 
     # a panel's first row is up to date
@@ -827,7 +844,8 @@ def _reduce(a, single=None, *, interpret):
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n))  # w, d, e, tau, scale, panel
     return pl.pallas_call(
         functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
-                          rows_per_tile=TRIDIAGONAL_ROWS, nb=TRIDIAGONAL_PANEL, interpret=interpret),
+                          rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=min(block_n, TRIDIAGONAL_COLS),
+                          nb=TRIDIAGONAL_PANEL, chunk=PANEL_CHUNK, interpret=interpret),
         out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
         in_specs=[_per_matrix(blocks), _per_matrix(n, n)], out_specs=tuple(_per_matrix(*shape) for shape in shapes),
         input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL_WARPS),

@@ -327,6 +327,9 @@ TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x p
 TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
 TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
 TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
+PANEL_CHUNK = 4  # members of a panel's V and W that the one-launch kernel's W row reads at a time, and columns of
+TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather than whole 16 x padded-n tiles of V and
+# W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
 PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
 PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
 PRODUCT_PROGRAMS = 32  # but at most this many programs a matrix: each leaves a share of the column sums (the product
@@ -386,6 +389,13 @@ def product_programs(block_n: int, below: int) -> int:
     rows = max(1, TILE // block_n)
     tiles = -(-below // rows)
     return max(1, min(PRODUCT_PROGRAMS, -(-tiles // max(1, PROGRAM_ROWS // rows))))
+
+
+def column_panel_chunk(block_n: int) -> int:
+    """Members of V and W read at a time by the over-launches column kernel's W row: PANEL_CHUNK from a padded
+    2048, where whole panels spill (H200: 8x2048 114 ms against 121), else the whole panel (60x1024: 89 ms
+    against 91 with PANEL_CHUNK)."""
+    return PANEL_CHUNK if block_n > 1024 else TRIDIAGONAL_PANEL
 
 
 def split_gram_schmidt(batch: int, n: int) -> bool:

@@ -189,6 +189,16 @@ def test_product_column_sums_from_few_programs_of_many_tiles(port, monkeypatch):
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 
+@pytest.mark.parametrize("port", PORTS)
+def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
+    # Over launches the column kernel reads V and W PANEL_CHUNK members at a time only from a padded 2048; here
+    # (a padded 128) it does so too, as the one-launch kernel always does.
+    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    monkeypatch.setattr(kernels, "column_panel_chunk", lambda block_n: spec.PANEL_CHUNK)
+    assert spec.PANEL_CHUNK < spec.TRIDIAGONAL_PANEL
+    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
+
+
 def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)

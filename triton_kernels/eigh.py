@@ -47,11 +47,11 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
-                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_UPDATE_COLS,
-                        PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                        TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, back_transform_warps,
-                        check_offsets, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
-                        validate, vector_panel_warps)
+                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_CHUNK,
+                        PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS,
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS,
+                        SECOND_PASS_BELOW, back_transform_warps, check_offsets, column_panel_chunk, jacobi_size,
+                        jacobi_warps, one_launch, product_programs, split_gram_schmidt, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -181,20 +181,26 @@ def _panel_reflector(w, d, e, tau_ptr, vs, j, i, factor, correction, n, cols, BL
 
 
 @triton.jit
-def _panel_w(p, v, tau, below, vs, ws, j, i, members, cols, BLOCK_N: tl.constexpr):
+def _panel_w(p, v, tau, below, vs, ws, j, i, cols, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr):
     """W's row for column j = member i (reflector v, tau) from p = A v, A as at the panel's start:
     w = tau (p - V W^T v - W V^T v) less half tau (w . v) v, V and W the members before i. Also
     row j + 1's correction for its reflector, sum_q v_q[j + 1] w_q + w_q[j + 1] v_q over the
-    members up to i, while V and W are loaded (one load of the panel a column, not two): (w, correction)."""
-    v_panel, w_panel = _panel_tiles(vs, ws, i, members, cols, BLOCK_N)
-    w_v = tl.sum(w_panel * v[None, :], axis=1)
-    v_v = tl.sum(v_panel * v[None, :], axis=1)
-    p = tl.where(below, tau * (p - tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)), 0.0)
-    w_row = p - (0.5 * tau * tl.sum(p * v)) * v
+    members up to i, while V and W are loaded (one load of the panel a column, not two): (w, correction).
+    V and W are read CHUNK members at a time (a loop, not unrolled): a whole NB x BLOCK_N pair of
+    tiles would set the kernels' register peak."""
+    projection = tl.zeros((BLOCK_N,), tl.float32)
+    correction = tl.zeros((BLOCK_N,), tl.float32)
     next_row = cols == j + 1
-    v_next = tl.sum(tl.where(next_row[None, :], v_panel, 0.0), axis=1)
-    w_next = tl.sum(tl.where(next_row[None, :], w_panel, 0.0), axis=1)
-    correction = tl.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
+    for first in range(0, tl.cdiv(i, CHUNK)):  # zero-based: see _gram_schmidt_pass
+        v_panel, w_panel = _panel_tiles(vs, ws, i, first * CHUNK + tl.arange(0, CHUNK), cols, BLOCK_N)
+        w_v = tl.sum(w_panel * v[None, :], axis=1)
+        v_v = tl.sum(v_panel * v[None, :], axis=1)
+        projection += tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)
+        v_next = tl.sum(tl.where(next_row[None, :], v_panel, 0.0), axis=1)
+        w_next = tl.sum(tl.where(next_row[None, :], w_panel, 0.0), axis=1)
+        correction += tl.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
+    p = tl.where(below, tau * (p - projection), 0.0)
+    w_row = p - (0.5 * tau * tl.sum(p * v)) * v
     return w_row, correction + tl.sum(tl.where(next_row, v, 0.0)) * w_row + tl.sum(tl.where(next_row, w_row, 0.0)) * v
 
 
@@ -218,7 +224,7 @@ def _lower_block_triangle(rows, cols):
 @triton.jit
 def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
                                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
-                                   NB: tl.constexpr):
+                                   NB: tl.constexpr, CHUNK: tl.constexpr, COLS: tl.constexpr):
     """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), blocked as
     LAPACK's dsytrd/dlatrd, the trailing matrix in w (global memory): program b takes the columns
     in panels of NB. Reflector v_j has v_j[j + 1] = 1; it is stored in row j of w (no later column
@@ -229,8 +235,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     the trailing matrix's lower triangle once (p = A v_j, ROWS rows at a time: each row tile gives
     its rows' sums and adds to every column's sum by symmetry) and writes nothing; the panel's end
     applies A -= V W^T + W V^T to the trailing matrix's lower triangle (`_lower_block_triangle`),
-    one read and one write a panel instead of a column. panel [batch, 2 NB + 1, BLOCK_N] holds the
-    panel's V and W rows and p.
+    COLS columns at a time, one read and one write a panel instead of a column. panel [batch,
+    2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
     The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
     underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
@@ -253,8 +259,8 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
                                       factor, correction, n, cols, BLOCK_N)
             below = in_cols & (cols > j)
             tl.debug_barrier()  # v, just stored as V's row i, is read back a row tile at a time
-            above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
-            # zero-based: see _orthonormalize_kernel
+            above_diagonal = tl.zeros((BLOCK_N,), tl.float32)
+            # zero-based: see _gram_schmidt_pass
             for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j, from the lower triangle
                 rows = j + 1 + t * ROWS + local
                 inside = rows < n
@@ -263,35 +269,43 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
                                cache_modifier=".cg") * factor
                 tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
                 v_rows = tl.load(vs + i * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-                above_diagonal += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
+                above_diagonal += tl.sum(tl.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
             tl.debug_barrier()
-            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(above_diagonal, axis=0)
-            w_row, correction = _panel_w(p, v, tau, below, vs, ws, j, i, members, cols, BLOCK_N)
+            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + above_diagonal
+            w_row, correction = _panel_w(p, v, tau, below, vs, ws, j, i, cols, BLOCK_N, CHUNK)
             tl.store(ws + i * BLOCK_N + cols, w_row)
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
             tl.debug_barrier()
-        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T, two products a tile
-        below = in_cols & (cols >= last)
-        v_panel, w_panel = _panel_tiles(vs, ws, width, members, cols, BLOCK_N)
-        for t in range(0, tl.cdiv(n - last, ROWS)):
-            rows = last + t * ROWS + local
-            inside = rows < n
-            ptrs = w + rows[:, None] * n + cols[None, :]
-            mask = inside[:, None] & below[None, :] & _lower_block_triangle(rows, cols)
-            transposed = members[None, :] * BLOCK_N + rows[:, None]  # ROWS x NB: V's and W's columns `rows`
-            present = inside[:, None] & (members < width)[None, :]
-            v_rows = tl.load(vs + transposed, mask=present, other=0.0, cache_modifier=".cg")
-            w_rows = tl.load(ws + transposed, mask=present, other=0.0, cache_modifier=".cg")
-            tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
-            tile -= tl.dot(v_rows, w_panel, input_precision="ieee") + tl.dot(w_rows, v_panel, input_precision="ieee")
-            tl.store(ptrs, tile, mask=mask)
+        last = first + width  # the trailing matrix below the panel: A -= V W^T + W V^T on its lower triangle,
+        # COLS columns at a time (V's and W's NB x COLS tiles held, not NB x BLOCK_N: fewer registers), two
+        # products a ROWS x COLS tile
+        present = (members < width)[None, :]
+        for b in range(0, tl.cdiv(n, COLS) - last // COLS):  # zero-based: see _gram_schmidt_pass
+            left = (last // COLS + b) * COLS
+            chunk = left + tl.arange(0, COLS)
+            right = (chunk >= last) & (chunk < n)
+            v_panel, w_panel = _panel_tiles(vs, ws, width, members, chunk, BLOCK_N)
+            top = tl.maximum(last, left)  # rows above `left` hold nothing of these columns' lower triangle
+            for t in range(0, tl.cdiv(n - top, ROWS)):
+                rows = top + t * ROWS + local
+                inside = rows < n
+                ptrs = w + rows[:, None] * n + chunk[None, :]
+                mask = inside[:, None] & right[None, :] & _lower_block_triangle(rows, chunk)
+                transposed = members[None, :] * BLOCK_N + rows[:, None]  # ROWS x NB: V's and W's columns `rows`
+                v_rows = tl.load(vs + transposed, mask=inside[:, None] & present, other=0.0, cache_modifier=".cg")
+                w_rows = tl.load(ws + transposed, mask=inside[:, None] & present, other=0.0, cache_modifier=".cg")
+                tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg") * factor
+                tile -= (tl.dot(v_rows, w_panel, input_precision="ieee")
+                         + tl.dot(w_rows, v_panel, input_precision="ieee"))
+                tl.store(ptrs, tile, mask=mask)
         tl.debug_barrier()
 
 
 @triton.jit(do_not_specialize=["j", "shares"])
 def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, sums_ptr, n, partials, j,
                          shares, BLOCK_N: tl.constexpr, PARTIALS: tl.constexpr, NB: tl.constexpr,
-                         SHARES: tl.constexpr, SHARE_ROWS: tl.constexpr, FINISH_ONLY: tl.constexpr):
+                         SHARES: tl.constexpr, SHARE_ROWS: tl.constexpr, FINISH_ONLY: tl.constexpr,
+                         CHUNK: tl.constexpr):
     """The blocked reduction spread over launches (panels of NB columns as `_tridiagonalize_blocked_kernel`),
     program b per matrix, column j = first + i of its panel: finishes w_{j-1} from p = A v_{j-1} (left
     by `_panel_product_kernel`: its rows' sums, plus the column sums of its `shares` programs, added up
@@ -300,7 +314,6 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
     forms v_j, d_j, e_j, tau_j. Column 0 takes the scale max|A| from partial; the first panel reads A / max|A|."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    members = tl.arange(0, NB)
     in_cols = cols < n
     w = w_ptr + matrix * n * n
     vs, ws, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
@@ -321,7 +334,7 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
         p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + tl.sum(column_sums, axis=0)
         v = tl.load(vs + (i - 1) * BLOCK_N + cols, cache_modifier=".cg")
         w_row, correction = _panel_w(p, v, tl.load(tau_ptr + matrix * n + j - 1), below, vs, ws, j - 1, i - 1,
-                                     members, cols, BLOCK_N)
+                                     cols, BLOCK_N, CHUNK)
         tl.store(ws + (i - 1) * BLOCK_N + cols, w_row)
         tl.debug_barrier()
     if not FINISH_ONLY:
@@ -347,7 +360,7 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
     v = tl.load(vs + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
     above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
     tiles = tl.cdiv(n - j - 1, ROWS)
-    for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _orthonormalize_kernel
+    for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _gram_schmidt_pass
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
         lower, mirrored = _lower_blocks(rows, cols, j, n)
@@ -825,11 +838,13 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     if one_launch(batch, n) if single is None else single:
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
                                                  ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
-                                                 NB=TRIDIAGONAL_PANEL, num_warps=TRIDIAGONAL_WARPS)
+                                                 NB=TRIDIAGONAL_PANEL, CHUNK=PANEL_CHUNK,
+                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=TRIDIAGONAL_WARPS)
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                  SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows, num_warps=vector_panel_warps(block_n))
+                  CHUNK=column_panel_chunk(block_n), SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows,
+                  num_warps=vector_panel_warps(block_n))
     update_cols = min(block_n, PANEL_UPDATE_COLS)
     for j in range(n):
         shares = product_programs(block_n, n - j)  # the programs of column j - 1's product
