@@ -42,9 +42,9 @@ from jax.experimental.pallas import triton as pltriton
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_CHUNK,
                         PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
-                        TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
+                        TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
                         back_transform_warps, check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
-                        product_programs, split_gram_schmidt, validate, vector_panel_warps)
+                        product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 
@@ -842,13 +842,14 @@ def _reduce(a, single=None, *, interpret):
     if not (one_launch(batch, n) if single is None else single):
         return _reduce_in_panels(w, partial, product_programs(block_n, n - 1), interpret=interpret)  # column 0's
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n))  # w, d, e, tau, scale, panel
+    tile_rows, warps = tridiagonal_tile(batch)
     return pl.pallas_call(
         functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
-                          rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=min(block_n, TRIDIAGONAL_COLS),
+                          rows_per_tile=tile_rows, cols_per_tile=min(block_n, TRIDIAGONAL_COLS),
                           nb=TRIDIAGONAL_PANEL, chunk=PANEL_CHUNK, interpret=interpret),
         out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
         in_specs=[_per_matrix(blocks), _per_matrix(n, n)], out_specs=tuple(_per_matrix(*shape) for shape in shapes),
-        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL_WARPS),
+        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=warps),
         interpret=interpret, name="eigh_tridiagonalize_blocked",
     )(partial, w)[:5]
 

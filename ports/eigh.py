@@ -325,8 +325,10 @@ JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copie
 # clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n)
 TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
-TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps: the fastest of 36
-TRIDIAGONAL_WARPS = 4  # settings on the H200 at 40x176, 40x352 and 640x512 (results/h200/NOTES.md; wider tiles spill)
+TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps for few matrices (the
+TRIDIAGONAL_WARPS = 4  # fastest of 36 settings on the H200 at 40x176, 40x352 and 640x512 before the registers were
+MANY_TRIDIAGONAL_ROWS = 8  # cut; results/h200/NOTES.md), and from ONE_LAUNCH_BATCH matrices on MANY_TRIDIAGONAL_ROWS
+MANY_TRIDIAGONAL_WARPS = 2  # rows at a time with MANY_TRIDIAGONAL_WARPS warps (`tridiagonal_tile`)
 PANEL_CHUNK = 4  # members of a panel's V and W that the one-launch kernel's W row reads at a time, and columns of
 TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather than whole 16 x padded-n tiles of V and
 # W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
@@ -380,6 +382,16 @@ def check_offsets(batch: int, size: int) -> None:
 def one_launch(batch: int, n: int) -> bool:
     """Whether the tridiagonalisation runs in one launch (one program per matrix) rather than over launches."""
     return (batch >= ONE_LAUNCH_BATCH or n < ONE_LAUNCH_N) and n <= ONE_LAUNCH_MAX_N
+
+
+def tridiagonal_tile(batch: int) -> tuple[int, int]:
+    """(rows a tile, warps) of the one-launch tridiagonalisation. Few matrices leave each program an SM to itself,
+    and 16-row tiles on 4 warps shorten its chain of row tiles; from ONE_LAUNCH_BATCH matrices on, programs share
+    the SMs and 8-row tiles on 2 warps fit more of them (H200 whole calls, 640x512 dense: Triton 105.5 ms against
+    117.3, Pallas 102.8 against 107.8; 40x352 with 8-row tiles: 12.6 against 10.8 and 11.7 against 9.9)."""
+    if batch >= ONE_LAUNCH_BATCH:
+        return MANY_TRIDIAGONAL_ROWS, MANY_TRIDIAGONAL_WARPS
+    return TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS
 
 
 def product_programs(block_n: int, below: int) -> int:

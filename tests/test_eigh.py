@@ -177,6 +177,15 @@ def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch
 
 
 @pytest.mark.parametrize("port", PORTS)
+def test_one_launch_tile_for_many_matrices(port, monkeypatch):
+    # From ONE_LAUNCH_BATCH matrices on, the one-launch kernel sweeps MANY_TRIDIAGONAL_ROWS rows at a time.
+    monkeypatch.setattr(spec, "ONE_LAUNCH_BATCH", 2)
+    assert spec.tridiagonal_tile(2) == (spec.MANY_TRIDIAGONAL_ROWS, spec.MANY_TRIDIAGONAL_WARPS)
+    assert spec.MANY_TRIDIAGONAL_ROWS != spec.TRIDIAGONAL_ROWS
+    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+
+
+@pytest.mark.parametrize("port", PORTS)
 def test_product_column_sums_from_few_programs_of_many_tiles(port, monkeypatch):
     # Over launches, each product program reads several row tiles of the lower triangle and leaves one share of
     # the column sums: with 2-row tiles and at most 3 programs, the column kernel adds 3 shares, 2 at a time.

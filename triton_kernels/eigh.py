@@ -49,9 +49,10 @@ import triton.language as tl
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_CHUNK,
                         PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS, GRAM_SCHMIDT_PROGRAMS,
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS,
                         SECOND_PASS_BELOW, back_transform_warps, check_offsets, column_panel_chunk, jacobi_size,
-                        jacobi_warps, one_launch, product_programs, split_gram_schmidt, validate, vector_panel_warps)
+                        jacobi_warps, one_launch, product_programs, split_gram_schmidt, tridiagonal_tile, validate,
+                        vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -849,10 +850,11 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
     _symmetrize_kernel[(batch, blocks)](a, w, partial, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
     if one_launch(batch, n) if single is None else single:
+        tile_rows, warps = tridiagonal_tile(batch)
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
-                                                 ROWS=TRIDIAGONAL_ROWS, PARTIALS=triton.next_power_of_2(blocks),
+                                                 ROWS=tile_rows, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, CHUNK=PANEL_CHUNK,
-                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=TRIDIAGONAL_WARPS)
+                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=warps)
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
