@@ -5,10 +5,11 @@ accumulated rotations V. A sweep is the N - 1 rounds m = 1 .. N - 1 of the XOR p
 i ^ m); each round's N/2 disjoint plane rotations form one orthogonal J, applied elementwise as
 in the Triton port: (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], likewise for the rows and for V.
 The Triton port exchanges rows or columns i and i ^ m with a register gather; Pallas's Triton
-lowering has no gather, so here the exchange is a product with the 0/1 permutation on tensor
-cores, exact through a three-way bfloat16 split (`_exchange`; on the H200 8% faster than
-exchanging halves by reshapes once per set bit of m, and still about 4 times slower than the
-Triton port's on-chip kernel: results/h200/NOTES.md). The matrix is scaled by 1/max|A| and symmetrised
+lowering has no gather, so here the exchange is a float32 product with the 0/1 permutation, exact
+since each sum has one nonzero term (`_exchange`; on the H200 the 20x32 kernel took 1.05 ms against
+1.39 as three bfloat16 products on tensor cores, which were 8% faster than exchanging halves by
+reshapes once per set bit of m, and it is still about 7 times slower than the Triton port's on-chip
+kernel: results/h200/NOTES.md). The matrix is scaled by 1/max|A| and symmetrised
 first; both members of a pair use the same averaged A[p, q]. Sweeps stop once every off-diagonal
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
@@ -49,26 +50,17 @@ from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GA
 EPS = float(jnp.finfo(jnp.float32).eps)
 
 
-def _dot_f32(a, b):
-    return jnp.dot(a, b, preferred_element_type=jnp.float32)
-
-
 def _dot_ieee(a, b):
     """a b in float32 arithmetic throughout (Triton's input_precision="ieee": no TF32)."""
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
 def _exchange(x, permutation, axis):
-    """x (N x N) with its rows (axis 0) or columns (axis 1) exchanged by a symmetric 0/1
-    permutation (bfloat16), on tensor cores: x splits into three bfloat16 parts (8 + 8 + 8
-    significant bits), each part's product and their sum are exact (for |x| above about 2^-100,
-    where the low part is not subnormal: A and V are scaled to entries of at most 1)."""
-    high = x.astype(jnp.bfloat16)
-    rest = x - high.astype(jnp.float32)
-    middle = rest.astype(jnp.bfloat16)
-    low = (rest - middle.astype(jnp.float32)).astype(jnp.bfloat16)
-    product = (lambda part: _dot_f32(part, permutation)) if axis == 1 else (lambda part: _dot_f32(permutation, part))
-    return (product(low) + product(middle)) + product(high)
+    """x (N x N) with its rows (axis 0) or columns (axis 1) exchanged by a symmetric 0/1 permutation, as
+    a float32 product (FMA, no TF32): each element is one term x * 1 plus zeros, so the result is exact (a
+    subnormal entry may flush to zero, as XLA's CPU product does: far below A's rounding, A being scaled to
+    entries of at most 1)."""
+    return _dot_ieee(x, permutation) if axis == 1 else _dot_ieee(permutation, x)
 
 
 def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
@@ -103,7 +95,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
         t = jnp.where(a_ij == 0.0, 0.0, t)
         c = 1.0 / jnp.sqrt(1.0 + t * t)
         s = jnp.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
-        permutation = meets.astype(jnp.bfloat16)  # symmetric: P[i, j] = 1 where j = i ^ m
+        permutation = meets.astype(jnp.float32)  # symmetric: P[i, j] = 1 where j = i ^ m
         a = c[None, :] * a - s[None, :] * _exchange(a, permutation, 1)  # A J
         a = c[:, None] * a - s[:, None] * _exchange(a, permutation, 0)  # J^T (A J)
         return a, c[None, :] * v - s[None, :] * _exchange(v, permutation, 1)
