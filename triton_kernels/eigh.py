@@ -377,12 +377,10 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
     for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _gram_schmidt_pass
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
-        lower, mirrored = _lower_blocks(rows, cols, j, n)
-        tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
-                       cache_modifier=".cg")
+        tile = _lower_tile(w, rows, cols, j, n)
         tl.store(p_buffer + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
         v_rows = tl.load(vs + (j % NB) * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-        above_diagonal += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
+        above_diagonal += tl.where(_lower_blocks(rows, cols, j, n)[1], tile, 0.0) * v_rows[:, None]
     tl.store(sums_ptr + (matrix * SHARES + program) * BLOCK_N + cols, factor * tl.sum(above_diagonal, axis=0))
 
 
