@@ -892,16 +892,28 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
         )(jnp.reshape(j, (1,)), scale, panel_buffer, w)
         return w, d, e, tau, scale, panel_buffer
 
-    def column_step(j, carry):
-        buffers, sums_buffer = carry
-        buffers = jax.lax.cond((j % nb == 0) & (j > 0), close, lambda _, b, s: b, j, buffers, sums_buffer)
-        w, d, e, tau, scale, panel_buffer = column(j, buffers, sums_buffer, False)
-        panel_buffer, sums_buffer = product(j, w, scale, panel_buffer, sums_buffer)
-        return (w, d, e, tau, scale, panel_buffer), sums_buffer
+    def columns(first, count, carry):  # columns first .. first + count - 1 of one panel
+        def column_step(i, carry):
+            buffers, sums_buffer = carry
+            w, d, e, tau, scale, panel_buffer = column(first + i, buffers, sums_buffer, False)
+            panel_buffer, sums_buffer = product(first + i, w, scale, panel_buffer, sums_buffer)
+            return (w, d, e, tau, scale, panel_buffer), sums_buffer
 
+        return jax.lax.fori_loop(0, count, column_step, carry)
+
+    def panel_step(p, carry):  # every panel after the first: close the one before, then its columns
+        buffers, sums_buffer = carry
+        return columns(p * nb, nb, (close(p * nb, buffers, sums_buffer), sums_buffer))
+
+    # Loops with static trip counts and no lax.cond: XLA on the GPU reads a conditional's predicate back to the
+    # host, one synchronisation a column (H200, 8x2048: 13 ms of host time, results/h200/NOTES.md).
     buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
-    sums_buffer = jnp.zeros((batch, programs, block_n), jnp.float32)
-    return jax.lax.fori_loop(0, n, column_step, (buffers, sums_buffer))[0][:5]
+    carry = columns(0, min(nb, n), (buffers, jnp.zeros((batch, programs, block_n), jnp.float32)))
+    full = n // nb
+    carry = jax.lax.fori_loop(1, full, panel_step, carry)
+    if n > nb and n % nb:
+        carry = columns(full * nb, n % nb, (close(full * nb, *carry), carry[1]))
+    return carry[0][:5]
 
 
 def _eigenvalues(d, e, scale, *, interpret):
