@@ -483,7 +483,7 @@ def _start_vector(i, lanes):
 def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, first):
     """As the Triton port's `_inverse_iteration_kernel`: program (b, block), lane j solves
     (T_b - shift_j I) x_j = x_j (first: the pseudo-random start) by Gaussian elimination with
-    partial pivoting, elementwise across the lanes; x is [vector, element], the factor and the
+    partial pivoting, elementwise across the lanes; x is [element, vector] (lanes contiguous), the factor and the
     eliminated right-hand side wait in scratch [4, row, lane] for the back substitution. Same
     shifts (one per group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first),
     splitting and pivot floor. x and scratch are outputs (aliased to the inputs after the first
@@ -514,7 +514,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     zero = jnp.zeros((LANES,), jnp.float32)
 
     def right_hand_side(i):
-        return _start_vector(i, lanes) if first else _load(x_ref.at[lanes, i], valid)
+        return _start_vector(i, lanes) if first else _load(x_ref.at[i, block], valid)
 
     def eliminate(i, carry):  # row i's diagonal and superdiagonal after elimination, and its right-hand side
         head, head_next, rhs = carry
@@ -537,7 +537,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     start = (d_ref[0] - shift, zero + _split(e_ref[0], floor), right_hand_side(jnp.int32(0)))
     head, _, rhs = jax.lax.fori_loop(0, n - 1, eliminate, start)
     value = rhs / _pivot(head, floor)
-    pltriton.store(x_ref.at[lanes, jnp.int32(n - 1)], value, mask=valid)
+    pltriton.store(x_ref.at[jnp.int32(n - 1), block], value, mask=valid)
 
     def substitute(t, carry):
         value, later = carry
@@ -545,7 +545,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
         factor = [factors_ref.at[jnp.int32(part), i, block] for part in range(4)]
         value, later = (_load(factor[3], valid) - _load(factor[1], valid) * value
                         - _load(factor[2], valid) * later) / _load(factor[0], valid, 1.0), value
-        pltriton.store(x_ref.at[lanes, i], value, mask=valid)
+        pltriton.store(x_ref.at[i, block], value, mask=valid)
         return value, later
 
     jax.lax.fori_loop(1, n, substitute, (value, zero))
@@ -929,13 +929,14 @@ def _eigenvalues(d, e, scale, *, interpret):
 
 
 def _vectors(d, e, values, norm, *, interpret):
-    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`."""
+    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
+    works on their transpose (XLA transposes between the two)."""
     batch, n = d.shape
     vector, scalar, matrix, factors = _per_matrix(n), _per_matrix(), _per_matrix(n, n), _per_matrix(4, n, n)
     z = scratch = None
     for step in range(INVERSE_ITERATIONS):
-        carried = () if step == 0 else (z, scratch)
-        z, scratch = pl.pallas_call(
+        carried = () if step == 0 else (jnp.swapaxes(z, 1, 2), scratch)
+        columns, scratch = pl.pallas_call(
             functools.partial(_inverse_iteration_kernel, n=n, first=step == 0),
             out_shape=(_f32((batch, n, n)), _f32((batch, 4, n, n))), grid=(batch, pl.cdiv(n, LANES)),
             in_specs=[vector, vector, vector, scalar] + ([matrix, factors] if carried else []),
@@ -943,8 +944,8 @@ def _vectors(d, e, values, norm, *, interpret):
             compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret,
             name="eigh_inverse_iteration",
         )(d, e, values, norm, *carried)
-        z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP,
-                            interpret=interpret)
+        gap = CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP
+        z = _orthonormalize(jnp.swapaxes(columns, 1, 2), values, norm, gap, interpret=interpret)
     return _repair(z, d, e, values, norm, interpret=interpret)[0]
 
 

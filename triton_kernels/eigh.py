@@ -481,9 +481,10 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
                               FIRST: tl.constexpr, LANES: tl.constexpr):
     """Program (b, block): lane j solves (T_b - shift_j I) x_j = x_j (FIRST: a fixed pseudo-random
     right-hand side) by Gaussian elimination with partial pivoting, elementwise across the lanes
-    (each lane's recurrence runs down T's n rows). x is [batch, n vectors, n] (vector j
-    contiguous); the upper triangular factor (3 diagonals) and the eliminated right-hand side wait
-    in scratch [batch, 4, n, n] (lanes contiguous) for the back substitution.
+    (each lane's recurrence runs down T's n rows). x is [batch, n elements, n vectors] (lanes
+    contiguous, so a warp's step reads or writes 128 bytes, not 32 sectors: `_vectors` transposes);
+    the upper triangular factor (3 diagonals) and the eliminated right-hand side wait in scratch
+    [batch, 4, n, n] (lanes contiguous too) for the back substitution.
 
     The shift is eigenvalue j itself (T - shift I is singular to working accuracy, so x_j grows
     along its eigenvector), except in a group, a chain of eigenvalues each within group_gap ||T||
@@ -496,7 +497,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     lanes = tl.program_id(1) * LANES + tl.arange(0, LANES)
     valid = lanes < n
     d, e, values = d_ptr + matrix * n, e_ptr + matrix * n, values_ptr + matrix * n
-    x = x_ptr + matrix * n * n + lanes * n
+    x = x_ptr + matrix * n * n + lanes
     factors = scratch_ptr + matrix * 4 * n * n + lanes
     norm = tl.load(norm_ptr + matrix)
     floor = pivot_relative * norm
@@ -520,7 +521,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
         sub = _split(tl.load(e + i), floor)  # T[i + 1, i]
         diagonal = tl.load(d + i + 1) - shift
         above = zero + _split(tl.load(e + i + 1), floor)
-        rhs_next = _start_vector(i + 1, lanes) if FIRST else tl.load(x + i + 1, mask=valid, other=0.0)
+        rhs_next = _start_vector(i + 1, lanes) if FIRST else tl.load(x + (i + 1) * n, mask=valid, other=0.0)
         swap = tl.abs(sub) > tl.abs(head)
         pivot = _pivot(tl.where(swap, sub, head), floor)
         p_b, p_c = tl.where(swap, diagonal, head_next), tl.where(swap, above, 0.0)
@@ -535,7 +536,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
         tl.store(row + 2 * n * n, p_c, mask=valid)
         tl.store(row + 3 * n * n, p_r, mask=valid)
     value = rhs / _pivot(head, floor)
-    tl.store(x + n - 1, value, mask=valid)
+    tl.store(x + (n - 1) * n, value, mask=valid)
     later = zero
     for t in range(1, n):
         i = n - 1 - t
@@ -544,7 +545,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
                         - tl.load(row + n * n, mask=valid, other=0.0) * value
                         - tl.load(row + 2 * n * n, mask=valid, other=0.0) * later) / tl.load(row, mask=valid,
                                                                                              other=1.0), value
-        tl.store(x + i, value, mask=valid)
+        tl.store(x + i * n, value, mask=valid)
 
 
 @triton.jit
@@ -886,14 +887,18 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
 
 
 def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
-    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`."""
+    """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
+    works on their transpose (glue copies between the two)."""
     batch, n = d.shape
-    z, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
+    columns, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
-        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, z, scratch, n, EPS,
+        if step:
+            columns.copy_(z.mT)
+        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, n, EPS,
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        z = _orthonormalize(z, values, norm, CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
+        z = _orthonormalize(columns.mT.contiguous(), values, norm,
+                            CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
     return _repair(z, d, e, values, norm)[0]
 
 
