@@ -886,6 +886,22 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     return values, norm, eigenvalues
 
 
+@triton.jit
+def _transpose_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    matrix = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    mask = (rows < n)[:, None] & (cols < n)[None, :]
+    tile = tl.load(src_ptr + matrix * n * n + rows[:, None] * n + cols[None, :], mask=mask)
+    tl.store(dst_ptr + matrix * n * n + cols[:, None] * n + rows[None, :], tl.trans(tile), mask=tl.trans(mask))
+
+
+def _transposed(src, dst):
+    batch, n, _ = src.shape
+    _transpose_kernel[(batch, triton.cdiv(n, 64), triton.cdiv(n, 64))](src, dst, n, BLOCK=64, num_warps=4)
+    return dst
+
+
 def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
     """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
     works on their transpose (glue copies between the two)."""
@@ -893,11 +909,11 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
     columns, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
         if step:
-            columns.copy_(z.mT)
+            _transposed(z, columns)
         _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, n, EPS,
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        z = _orthonormalize(columns.mT.contiguous(), values, norm,
+        z = _orthonormalize(_transposed(columns, torch.empty_like(columns)), values, norm,
                             CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
     return _repair(z, d, e, values, norm)[0]
 
