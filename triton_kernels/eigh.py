@@ -973,8 +973,9 @@ def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     q, cols = _empty(batch, n, n, device=z.device), BACK_TRANSFORM_VECTORS
-    # one warp up to a padded 512 (H200, 640x512 dense 92.7 ms against 97.5, clustered 194.7 against 200.1:
-    # results/h200/NOTES.md); the Pallas port, not yet measured so, keeps the shared rule
+    # one warp up to a padded 512 (H200, driver: 640x512 dense 92.8 ms against 97.7 on two; 40x352 10.2 against
+    # 10.4). The Pallas port lost with it (100.3 against 94.8, 40x352 13.5 against 9.4) and keeps the shared
+    # rule: a difference between the two compilers (results/h200/NOTES.md)
     warps = 1 if block_n <= 512 else back_transform_warps(block_n)
     _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols,
                                                           num_warps=warps)
