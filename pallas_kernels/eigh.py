@@ -905,8 +905,8 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
         buffers, sums_buffer = carry
         return columns(p * nb, nb, (close(p * nb, buffers, sums_buffer), sums_buffer))
 
-    # Loops with static trip counts and no lax.cond: XLA on the GPU reads a conditional's predicate back to the
-    # host, one synchronisation a column (H200, 8x2048: 13 ms of host time, results/h200/NOTES.md).
+    # Loops with static trip counts and no lax.cond: with a lax.cond a column, 8x2048 took 143 ms a call against
+    # 129, about its gap between host and kernel time then (144 against 131; H200, results/h200/NOTES.md).
     buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
     carry = columns(0, min(nb, n), (buffers, jnp.zeros((batch, programs, block_n), jnp.float32)))
     full = n // nb

@@ -27,7 +27,8 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
    trailing update.
 2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
    come out sorted; L is them times max|A|).
-3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted) and
+3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted, on the vectors'
+   transpose: a warp's step touches 128 contiguous bytes) and
    `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues),
    INVERSE_ITERATIONS rounds from a fixed pseudo-random start; the rounds before the last
    orthogonalise only the closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every
@@ -55,6 +56,7 @@ from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GA
                         vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
+TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
 
 
 @triton.jit
@@ -888,6 +890,9 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
 
 @triton.jit
 def _transpose_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    """Program (b, i, j): dst[b] = src[b]^T on the BLOCK x BLOCK tile (i, j), read and written in rows (the
+    compiler exchanges the tile through shared memory), where torch's strided copy reads one of the two
+    layouts a column at a time (H200, 640x512: 97.2 ms a call against 101.5)."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
@@ -897,14 +902,16 @@ def _transpose_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 def _transposed(src, dst):
+    """dst [batch, n, n] = src's matrices transposed: dst, written."""
     batch, n, _ = src.shape
-    _transpose_kernel[(batch, triton.cdiv(n, 64), triton.cdiv(n, 64))](src, dst, n, BLOCK=64, num_warps=4)
+    _transpose_kernel[(batch, triton.cdiv(n, TRANSPOSE_TILE), triton.cdiv(n, TRANSPOSE_TILE))](
+        src, dst, n, BLOCK=TRANSPOSE_TILE, num_warps=4)
     return dst
 
 
 def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
     """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
-    works on their transpose (glue copies between the two)."""
+    works on their transpose (`_transposed` between the two)."""
     batch, n = d.shape
     columns, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
