@@ -39,6 +39,10 @@ def parse_args(argv):
                              "(default); kernels: sum of the call's kernel times from the profiler (GPU only)")
     parser.add_argument("--no-properties", action="store_true",
                         help="skip the workload's property sweeps (e.g. matmul batch invariance)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=IMPL:FILE",
+                        help="also run FILE's copy of implementation IMPL's module as NAME, e.g. "
+                             "fast=triton:eigh_fast.py (IMPL's function, from FILE): an A/B of a kernel change "
+                             "in the same run, by the same method; repeatable")
     parser.add_argument("--list", action="store_true", help="list implementations and case sets, then exit")
     return parser.parse_args(argv)
 
@@ -61,7 +65,13 @@ def main(argv=None) -> int:
     if args.workload not in WORKLOAD_MODULES:
         print(f"unknown workload {args.workload!r}; valid: {', '.join(WORKLOAD_MODULES)}", file=sys.stderr)
         return 2
-    workload = get_workload(args.workload)
+    from compare.driver import Settings, run, select_cases, with_variants
+
+    try:
+        workload = with_variants(get_workload(args.workload), args.variant)
+    except (KeyError, ValueError) as error:
+        print(str(error).strip("'\""), file=sys.stderr)
+        return 2
     valid_impls = [impl.name for impl in workload.implementations]
     if args.list:
         for impl in workload.implementations:
@@ -70,12 +80,12 @@ def main(argv=None) -> int:
             print(f"cases {name}: {len(cases)}")
         return 0
     impls = _split(args.impl) or valid_impls
+    impls += [spec.partition("=")[0] for spec in args.variant if spec.partition("=")[0] not in impls]
     unknown = [name for name in impls if name not in valid_impls]
     if unknown:
         print(f"unknown implementation(s) {', '.join(unknown)}; valid: {', '.join(valid_impls)}", file=sys.stderr)
         return 2
     case_sets = _split(args.cases) or (["test", "bench"] if on_gpu else ["smoke"])
-    from compare.driver import Settings, run, select_cases
 
     try:
         for spec in case_sets:

@@ -19,6 +19,7 @@ that raises, returns NaN or the wrong shape is recorded as failed while the run 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -199,6 +200,29 @@ def property_results(workload: Workload, impl: Implementation, device: str, size
         entries = [{"property": "all", "passed": False, "checked": "-", "error": _error_text(error),
                     "first_difference": None}]
     return [{"impl": impl.name, "language": impl.language, **entry} for entry in entries]
+
+
+def with_variants(workload: Workload, specs: list[str]) -> Workload:
+    """The workload with a variant implementation for each "NAME=IMPL:FILE": FILE's copy of implementation
+    IMPL's module (the function IMPL calls, from FILE), run as NAME with IMPL's framework and language, so
+    that a kernel change is measured against the port in the same run and by the same method. ValueError
+    (or KeyError, for an unknown IMPL) if a spec is malformed, its name taken or its file missing."""
+    variants = []
+    for spec in specs:
+        name, _, rest = spec.partition("=")
+        base_name, _, path = rest.partition(":")
+        if not (name and base_name and path):
+            raise ValueError(f"a variant is NAME=IMPL:FILE, e.g. fast=triton:eigh_fast.py; got {spec!r}")
+        taken = [impl.name for impl in workload.implementations + tuple(variants)]
+        if name in taken:
+            raise ValueError(f"variant name {name!r} is taken; taken: {', '.join(taken)}")
+        base = workload.implementation(base_name)
+        if not (path.endswith(".py") and os.path.isfile(path)):
+            raise ValueError(f"variant {name!r}: {path!r} is not a Python file")
+        function = base.target.rsplit(":", 1)[1]
+        variants.append(dataclasses.replace(base, name=name, label=f"{base.label}, variant from {path}",
+                                            target=f"{os.path.abspath(path)}:{function}"))
+    return dataclasses.replace(workload, implementations=workload.implementations + tuple(variants))
 
 
 def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:

@@ -12,7 +12,10 @@ them through DLPack, zero-copy on the GPU, before any timing starts.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -38,11 +41,24 @@ class Implementation:
     framework: str  # "torch" | "jax"
     language: str  # "triton" | "pallas" | "library"
     label: str
-    target: str  # "package.module:function", imported on first use
+    target: str  # "package.module:function", imported on first use, or "path/to/file.py:function"
 
     def load(self) -> Callable:
-        module_name, function_name = self.target.split(":")
+        module_name, function_name = self.target.rsplit(":", 1)
+        if module_name.endswith(".py"):
+            return getattr(_module_from_file(module_name), function_name)
         return getattr(importlib.import_module(module_name), function_name)
+
+
+@functools.cache
+def _module_from_file(path: str):
+    """The module in a file, executed once: a variant of a port (a copy of its module with a change)."""
+    name = f"variant_{abs(hash(path))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass(frozen=True)

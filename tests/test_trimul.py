@@ -241,6 +241,50 @@ def test_cli_runs_one_case_by_index_and_rejects_an_index_out_of_range(tmp_path, 
     assert "out of range" in capsys.readouterr().err
 
 
+COUNTED_VARIANT = '''"""The Triton port as a variant file: the port itself, its calls counted."""
+from triton_kernels.trimul import trimul as port
+
+CALLS = []
+
+
+def trimul(data):
+    CALLS.append(1)
+    return port(data)
+'''
+ZERO_VARIANT = '''"""A variant file whose answer is wrong: zeros."""
+import torch
+
+
+def trimul(data):
+    return torch.zeros_like(data[0])
+'''
+
+
+def test_cli_runs_variants_of_a_port_from_their_files(tmp_path):
+    counted, zero = tmp_path / "trimul_counted.py", tmp_path / "trimul_zero.py"
+    counted.write_text(COUNTED_VARIANT)
+    zero.write_text(ZERO_VARIANT)
+    path = tmp_path / "variants.json"
+    code = compare_main(["trimul", "--impl", "triton", "--variant", f"counted=triton:{counted}",
+                         "--variant", f"zero=triton:{zero}", "--cases", "smoke:0", "--json", str(path)])
+    results = {r["impl"]: r for r in json.loads(path.read_text())["results"]}
+    assert code == 1 and list(results) == ["triton", "counted", "zero"]
+    assert results["counted"]["status"] == "pass" and results["counted"]["language"] == "triton"
+    assert ports._module_from_file(str(counted)).CALLS  # the file's function ran, not the port's module
+    assert results["zero"]["status"] == "fail"  # a variant is checked as every implementation is
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("fast", "NAME=IMPL:FILE"), ("fast=triton", "NAME=IMPL:FILE"), ("pallas=triton:{file}", "is taken"),
+    ("fast=nope:{file}", "valid:"), ("fast=triton:{missing}", "not a Python file")])
+def test_cli_rejects_bad_variants_with_code_2(tmp_path, capsys, variant, message):
+    file = tmp_path / "trimul_counted.py"
+    file.write_text(COUNTED_VARIANT)
+    spec_text = variant.format(file=file, missing=tmp_path / "missing.py")
+    assert compare_main(["trimul", "--variant", spec_text, "--cases", "smoke:0"]) == 2
+    assert message in capsys.readouterr().err
+
+
 # --- on the GPU: GPU MODE's test cases --------------------------------------------------------
 
 @needs_gpu
