@@ -9,7 +9,9 @@ Triton's cache already holds the kernel: --cold compiles afresh), shared memory 
 may use at most 227 KB) and, where ptxas is found, registers and spilled bytes. No kernel output
 is computed, so this suits launchers whose launches do not depend on kernel results (all the
 ports here). Exit status 1 if a kernel fails to compile or needs more shared memory than the
-H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET).
+H200 has. Triton's interpreter must be off (unset TRITON_INTERPRET). --specialise compiles as a
+launch does (pointers and integers divisible by 16 marked), the closer model of the GPU's
+registers and spills; the default unspecialised compile is the stricter shared-memory guard.
 """
 from __future__ import annotations
 
@@ -73,8 +75,25 @@ def _ptxas_usage(ptx: str) -> tuple[int | None, int | None]:
     return (int(registers.group(1)) if registers else None), (sum(map(int, spills)) if spills else None)
 
 
-def compile_launches(function, inputs) -> list[CompiledKernel]:
-    """Call function(inputs) with each Triton launch compiled for sm_90 instead of run; one entry per distinct kernel."""
+def _launch_specialisation(kernel, bound: dict, constexprs: dict) -> dict:
+    """The attributes a launch gives its arguments (Triton's binder): pointers (16-byte aligned here) and integers
+    divisible by 16 marked `tt.divisibility` 16. What the GPU compiles; the unspecialised compile can differ much
+    in registers and spills (results/h200/NOTES.md)."""
+    import torch
+
+    marked = {}
+    for index, name in enumerate(kernel.arg_names):
+        value = bound[name]
+        if name in constexprs or isinstance(value, bool):
+            continue
+        if (isinstance(value, torch.Tensor) and value.data_ptr() % 16 == 0) or (isinstance(value, int) and value % 16 == 0):
+            marked[(index,)] = [["tt.divisibility", 16]]
+    return marked
+
+
+def compile_launches(function, inputs, specialise: bool = False) -> list[CompiledKernel]:
+    """Call function(inputs) with each Triton launch compiled for sm_90 instead of run; one entry per distinct kernel.
+    specialise: with the launch's divisibility attributes (`_launch_specialisation`), as the GPU compiles it."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -101,7 +120,8 @@ def compile_launches(function, inputs) -> list[CompiledKernel]:
         name = kernel.fn.__name__ + (f"[{','.join(flags)}]" if flags else "")
         entry = CompiledKernel(name, options.get("num_warps", 4), 0.0)
         try:
-            binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+            attrs = _launch_specialisation(kernel, bound, constexprs) if specialise else None
+            binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
                                     target=GPUTarget("cuda", 90, 32), options=options)
             entry.seconds = time.perf_counter() - start
             entry.shared_bytes = binary.metadata.shared
@@ -127,6 +147,10 @@ def main(argv=None) -> int:
                                 "a Triton implementation of the workload")
     parser.add_argument("--cold", action="store_true",
                         help="compile into an empty Triton cache, so the seconds are a first compile's")
+    parser.add_argument("--specialise", action="store_true",
+                        help="compile as a launch does, with pointers and integers divisible by 16 marked so: "
+                             "registers and spills as the GPU compiles them (the default, unspecialised compile "
+                             "can report far more), shared memory possibly less")
     args = parser.parse_args(argv)
     if not args.cold:
         return compile_and_report(args)
@@ -142,11 +166,12 @@ def compile_and_report(args) -> int:
         impl = workload.implementation(args.impl)
         if impl.language != "triton":
             raise ValueError(f"{args.impl} is written in {impl.language}, not Triton")
-        kernels = compile_launches(impl.load(), workload.make_inputs(case, case["seed"], "cpu"))
+        kernels = compile_launches(impl.load(), workload.make_inputs(case, case["seed"], "cpu"), args.specialise)
     except (KeyError, ValueError, RuntimeError) as error:
         print(f"bad argument: {error}", file=sys.stderr)
         return 2
-    print(f"{args.workload} {workload.case_name(case)}, {impl.name}: {len(kernels)} kernels compiled for sm_90")
+    print(f"{args.workload} {workload.case_name(case)}, {impl.name}: {len(kernels)} kernels compiled for sm_90"
+          + (" as launched (divisibility specialisation)" if args.specialise else ""))
     print(f"{'kernel':36s} {'warps':>5s} {'compile s':>9s} {'shared KB':>9s} {'registers':>9s} {'spilled B':>9s}")
     failed = False
     for kernel in kernels:

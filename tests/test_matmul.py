@@ -178,3 +178,17 @@ def test_triton_port_compiles_for_hopper(compile_for_hopper, case):
     # the kernel at the case's tiling, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
     status, output = compile_for_hopper("matmul", case)
     assert status == 0 and "compiled for sm_90" in output, output
+
+
+def test_hopper_compile_specialises_as_a_launch_does(compile_for_hopper):
+    # pointers and integers divisible by 16 are marked so, as Triton's binder marks them at a launch; the rest not
+    from types import SimpleNamespace
+
+    from compare.hopper_compile import _launch_specialisation
+
+    kernel = SimpleNamespace(arg_names=["a", "b", "n", "odd", "flag", "BLOCK"])
+    bound = {"a": torch.zeros(64), "b": torch.zeros(65)[1:], "n": 4096, "odd": 4095, "flag": True, "BLOCK": 64}
+    assert _launch_specialisation(kernel, bound, {"BLOCK": 64}) == {(0,): [["tt.divisibility", 16]],
+                                                                  (2,): [["tt.divisibility", 16]]}
+    status, output = compile_for_hopper("matmul", "bench:6", "--specialise")
+    assert status == 0 and "as launched" in output, output
