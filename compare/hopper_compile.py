@@ -86,7 +86,11 @@ def _launch_specialisation(kernel, bound: dict, constexprs: dict) -> dict:
         value = bound[name]
         if name in constexprs or isinstance(value, bool):
             continue
-        if (isinstance(value, torch.Tensor) and value.data_ptr() % 16 == 0) or (isinstance(value, int) and value % 16 == 0):
+        if isinstance(value, torch.Tensor):
+            aligned = value.data_ptr() % 16 == 0
+        else:
+            aligned = isinstance(value, int) and value % 16 == 0
+        if aligned:
             marked[(index,)] = [["tt.divisibility", 16]]
     return marked
 
