@@ -847,8 +847,8 @@ def _reduce(a, single=None, *, interpret):
 
 
 def _reduce_in_panels(w, partial, programs, *, interpret):
-    """As the Triton port's multi-launch blocked path of `_reduce`, in a jax.lax.fori_loop over the
-    columns: (w, d, e, tau, scale). programs: the product's programs per matrix (column 0's)."""
+    """As the Triton port's multi-launch blocked path of `_reduce`, in jax.lax.fori_loops over the panels
+    and their columns: (w, d, e, tau, scale). programs: the product's programs per matrix (column 0's)."""
     batch, n, _ = w.shape
     block_n = pl.next_power_of_2(n)
     rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL

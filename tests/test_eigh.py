@@ -357,10 +357,12 @@ def test_pallas_port_lowers_for_cuda(batch, n):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")
+@pytest.mark.parametrize("options", [(), ("--specialise",)], ids=["unspecialised", "as-launched"])
 @pytest.mark.parametrize("case", ["test:2", "test:4"], ids=["one-launch", "over-launches"])
-def test_triton_port_compiles_for_hopper(compile_for_hopper, case):
+def test_triton_port_compiles_for_hopper(compile_for_hopper, case, options):
     # every kernel of the route, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
-    status, output = compile_for_hopper("eigh", case)
+    # either way: neither compile bounds the other's shared memory
+    status, output = compile_for_hopper("eigh", case, *options)
     assert status == 0 and "compiled for sm_90" in output, output
 
 

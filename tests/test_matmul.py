@@ -173,22 +173,32 @@ def test_pallas_port_lowers_for_cuda(m):
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernel for it")
+@pytest.mark.parametrize("options", [(), ("--specialise",)], ids=["unspecialised", "as-launched"])
 @pytest.mark.parametrize("case", ["bench:0", "bench:6"], ids=["m1", "m4096"])
-def test_triton_port_compiles_for_hopper(compile_for_hopper, case):
+def test_triton_port_compiles_for_hopper(compile_for_hopper, case, options):
     # the kernel at the case's tiling, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
-    status, output = compile_for_hopper("matmul", case)
+    # either way: neither compile bounds the other's shared memory
+    status, output = compile_for_hopper("matmul", case, *options)
     assert status == 0 and "compiled for sm_90" in output, output
 
 
 def test_hopper_compile_specialises_as_a_launch_does(compile_for_hopper):
-    # pointers and integers divisible by 16 are marked so, as Triton's binder marks them at a launch; the rest not
+    # as Triton's binder: 1 becomes a constant, pointers and integers divisible by 16 are marked, arguments the
+    # kernel does not specialise are left alone
     from types import SimpleNamespace
 
     from compare.hopper_compile import _launch_specialisation
 
-    kernel = SimpleNamespace(arg_names=["a", "b", "n", "odd", "flag", "BLOCK"])
-    bound = {"a": torch.zeros(64), "b": torch.zeros(65)[1:], "n": 4096, "odd": 4095, "flag": True, "BLOCK": 64}
-    assert _launch_specialisation(kernel, bound, {"BLOCK": 64}) == {(0,): [["tt.divisibility", 16]],
-                                                                  (2,): [["tt.divisibility", 16]]}
-    status, output = compile_for_hopper("matmul", "bench:6", "--specialise")
-    assert status == 0 and "as launched" in output, output
+    kernel = SimpleNamespace(arg_names=["a", "b", "n", "odd", "one", "flag", "step", "BLOCK"],
+                             do_not_specialize=["step"])
+    bound = {"a": torch.zeros(64), "b": torch.zeros(65)[1:], "n": 4096, "odd": 4095, "one": 1, "flag": True,
+             "step": 32, "BLOCK": 64}
+    assert _launch_specialisation(kernel, bound, {"BLOCK": 64}) == (
+        {"one": 1}, {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]]})
+    # and the marks reach the compiler: at M = 4096 the specialised kernel is pipelined in shared memory
+    shared = []
+    for options in ((), ("--specialise",)):
+        status, output = compile_for_hopper("matmul", "bench:6", *options)
+        assert status == 0, output
+        shared.append(float(next(line for line in output.splitlines() if line.startswith("_matmul_kernel")).split()[3]))
+    assert shared[1] > shared[0], shared

@@ -316,7 +316,8 @@ def test_pallas_port_lowers_for_cuda():
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
-def test_triton_port_compiles_for_hopper(compile_for_hopper):
-    # every kernel compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
-    status, output = compile_for_hopper("trimul", "bench:0")
+@pytest.mark.parametrize("options", [(), ("--specialise",)], ids=["unspecialised", "as-launched"])
+def test_triton_port_compiles_for_hopper(compile_for_hopper, options):
+    # every kernel compiled for sm_90 by Triton's own pipeline, within the H200's shared memory either way
+    status, output = compile_for_hopper("trimul", "bench:0", *options)
     assert status == 0 and "compiled for sm_90" in output, output
