@@ -67,12 +67,14 @@ def main(argv=None) -> int:
         return 2
     from compare.driver import Settings, run, select_cases, with_variants
 
+    registered = get_workload(args.workload)
     try:
-        workload = with_variants(get_workload(args.workload), args.variant)
+        workload = with_variants(registered, args.variant)
     except (KeyError, ValueError) as error:
         print(str(error).strip("'\""), file=sys.stderr)
         return 2
     valid_impls = [impl.name for impl in workload.implementations]
+    variants = valid_impls[len(registered.implementations):]
     if args.list:
         for impl in workload.implementations:
             print(f"{impl.name:15} {impl.framework:6} {impl.language:8} {impl.label}")
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
             print(f"cases {name}: {len(cases)}")
         return 0
     impls = _split(args.impl) or valid_impls
-    impls += [spec.partition("=")[0] for spec in args.variant if spec.partition("=")[0] not in impls]
+    impls += [name for name in variants if name not in impls]
     unknown = [name for name in impls if name not in valid_impls]
     if unknown:
         print(f"unknown implementation(s) {', '.join(unknown)}; valid: {', '.join(valid_impls)}", file=sys.stderr)

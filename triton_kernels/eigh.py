@@ -913,15 +913,16 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
     """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
     works on their transpose (`_transposed` between the two)."""
     batch, n = d.shape
-    columns, scratch = _empty(batch, n, n, device=d.device), _empty(batch, 4, n, n, device=d.device)
+    z, columns = _empty(batch, n, n, device=d.device), _empty(batch, n, n, device=d.device)
+    scratch = _empty(batch, 4, n, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
         if step:
             _transposed(z, columns)
         _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, n, EPS,
                                                                   GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        z = _orthonormalize(_transposed(columns, torch.empty_like(columns)), values, norm,
-                            CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)
+        _orthonormalize(_transposed(columns, z), values, norm,
+                        CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)  # z, in place
     return _repair(z, d, e, values, norm)[0]
 
 
