@@ -48,15 +48,15 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
-                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, GROUP_GAP, LANES, PANEL, PANEL_CHUNK,
-                        PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS,
-                        SECOND_PASS_BELOW, back_transform_warps, check_offsets, column_panel_chunk, jacobi_size,
-                        jacobi_warps, one_launch, product_programs, split_gram_schmidt, tridiagonal_tile, validate,
-                        vector_panel_warps)
+                        GRAM_SCHMIDT_PROGRAMS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES,
+                        MANY_TRIDIAGONAL_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS,
+                        REPAIR_RESIDUAL, SECOND_PASS_BELOW, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
+                        back_transform_warps, check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
+                        product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
+TRIDIAGONAL_REGISTERS = 168  # a thread, in the one-launch tridiagonalisation of many matrices (`_tridiagonal_register_cap`)
 
 
 @triton.jit
@@ -836,6 +836,21 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
+def _tridiagonal_register_cap(programs: int, warps: int, device: torch.device) -> int | None:
+    """Register cap a thread for the one-launch tridiagonalisation on MANY_TRIDIAGONAL_WARPS warps, where its
+    programs outnumber what the SMs hold uncapped. Each of an SM's four schedulers has 16384 registers and holds
+    whole warps: at the 196 registers the kernel compiles to (H200, Triton 3.6) an SM holds 4 two-warp programs,
+    at TRIDIAGONAL_REGISTERS 6, so 640 matrices run in one wave instead of two. H200, driver A/B in one run,
+    640x512 dense: kernel 38.7 ms against 48.2, whole call 84.0 against 93.6, though each thread spills 18 bytes.
+    Where the programs fit uncapped the cap was not measured and is not set; with 16-row tiles on 4 warps (few
+    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port compiles the kernel to 168 registers as it is
+    (sm_90, Triton 3.9 on the CPU) and its Triton compiler parameters have no cap."""
+    if device.type != "cuda" or warps != MANY_TRIDIAGONAL_WARPS:
+        return None
+    uncapped = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    return TRIDIAGONAL_REGISTERS if programs > uncapped else None
+
+
 def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
@@ -855,7 +870,8 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
                                                  ROWS=tile_rows, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, CHUNK=PANEL_CHUNK,
-                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=warps)
+                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=warps,
+                                                 maxnreg=_tridiagonal_register_cap(batch, warps, a.device))
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
@@ -981,12 +997,8 @@ def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     q, cols = _empty(batch, n, n, device=z.device), BACK_TRANSFORM_VECTORS
-    # one warp up to a padded 512 (H200, driver: 640x512 dense 92.8 ms against 97.7 on two; 40x352 10.2 against
-    # 10.4). The Pallas port lost with it (100.3 against 94.8, 40x352 13.5 against 9.4) and keeps the shared
-    # rule: a difference between the two compilers (results/h200/NOTES.md)
-    warps = 1 if block_n <= 512 else back_transform_warps(block_n)
     _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols,
-                                                          num_warps=warps)
+                                                          num_warps=back_transform_warps(block_n))
     return q
 
 
