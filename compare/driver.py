@@ -247,12 +247,16 @@ def one_case_arguments(prog: str, description: str, case_default: str, impl_defa
     parser.add_argument("workload")
     parser.add_argument("--case", default=case_default, help=f"SET:INDEX, e.g. bench:6 (default {case_default})")
     parser.add_argument("--impl", default=impl_default, help=f"{impl_help} (default {impl_default})")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=IMPL:FILE",
+                        help="also offer FILE's copy of implementation IMPL's module as NAME, as `python -m "
+                             "compare --variant` does; repeatable")
     return parser
 
 
-def one_case(workload_name: str, spec: str):
-    """(workload, case) for a one-case tool's WORKLOAD and --case SET:INDEX; KeyError or ValueError if unknown."""
-    workload = get_workload(workload_name)
+def one_case(workload_name: str, spec: str, variants: list[str] = ()):
+    """(workload, case) for a one-case tool's WORKLOAD, --case SET:INDEX and --variant specs (`with_variants`);
+    KeyError or ValueError if one is unknown or malformed."""
+    workload = with_variants(get_workload(workload_name), list(variants))
     if ":" not in spec:
         raise ValueError(f"one case is needed, got {spec!r}")
     [(_, case)] = select_cases(workload, spec)
@@ -270,14 +274,16 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     info = device_info()
     on_gpu = info["mode"] == "gpu"
     device = "cuda" if on_gpu else "cpu"
+    impls = [workload.implementation(name) for name in impl_names]
     recorder = Recorder(json_path, {
         "workload": workload.name, **info, "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "settings": vars(settings),
+        "implementations": [{"name": impl.name, "framework": impl.framework, "language": impl.language,
+                             "label": impl.label} for impl in impls],
         "timing": ("sum of kernel device times (torch.profiler), L2 flushed" if settings.timer == "kernels"
                    else "host clock between device-wide synchronisations, L2 flushed"),
         "results": [], "cross": []})
     recorder.save()
-    impls = [workload.implementation(name) for name in impl_names]
     sync = Synchroniser(on_gpu)
     jobs = [job for spec in case_sets for job in select_cases(workload, spec)]
     done = 0

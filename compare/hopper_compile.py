@@ -158,7 +158,7 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
 
 def main(argv=None) -> int:
     parser = one_case_arguments("python -m compare.hopper_compile", __doc__, "test:0", "triton",
-                                "a Triton implementation of the workload")
+                                "a Triton implementation of the workload, or a --variant's name")
     parser.add_argument("--cold", action="store_true",
                         help="compile into an empty Triton cache, so the seconds are a first compile's")
     parser.add_argument("--specialise", action="store_true",
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
 def compile_and_report(args) -> int:
     """Compile the case's kernels and print the table; the exit status."""
     try:
-        workload, case = one_case(args.workload, args.case)
+        workload, case = one_case(args.workload, args.case, args.variant)
         impl = workload.implementation(args.impl)
         if impl.language != "triton":
             raise ValueError(f"{args.impl} is written in {impl.language}, not Triton")

@@ -1,10 +1,14 @@
 """Where the time goes: per-kernel GPU time of implementations on one case, from torch.profiler.
 
     python -m compare.kernel_times trimul --case bench:6 --impl triton,pallas
+    python -m compare.kernel_times eigh --case bench:3 --impl triton --variant capped=triton:eigh_capped.py
 
 The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdown is the
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
-on one input set; the table gives each kernel's mean time per call.
+on one input set; the table gives each kernel's mean time per call. For a Triton implementation
+it then lists what the GPU's Triton compiled each of its module's kernels to: warps, registers a
+thread and bytes spilled, one line per specialisation (XLA compiles the Pallas kernels out of
+reach). A --variant runs with the implementations named in --impl.
 """
 from __future__ import annotations
 
@@ -38,6 +42,21 @@ def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
     return dict(sorted(((name, ms / runs) for name, ms in totals.items()), key=lambda item: -item[1]))
 
 
+def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
+    """(kernel, warps, registers a thread, spilled bytes) of each compiled specialisation of the Triton kernels
+    in the module that defines `function`, as its launches left them in Triton's per-device caches."""
+    from triton.runtime.jit import JITFunction
+
+    module = sys.modules.get(getattr(function, "__module__", None))
+    rows = []
+    for name, value in sorted(vars(module).items()) if module else ():
+        if isinstance(value, JITFunction):
+            for kernel_cache, *_ in value.device_caches.values():
+                rows += [(name, kernel.metadata.num_warps, kernel.n_regs, kernel.n_spills)
+                         for kernel in kernel_cache.values() if getattr(kernel, "n_regs", None) is not None]
+    return rows
+
+
 def main(argv=None) -> int:
     from compare.driver import one_case, one_case_arguments  # here: the driver imports this module
 
@@ -48,24 +67,31 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from ports import to_framework
+    from ports import get_workload, to_framework
 
-    if not torch.cuda.is_available():
-        print("kernel_times needs a CUDA GPU", file=sys.stderr)
-        return 2
     try:
-        workload, case = one_case(args.workload, args.case)
-        impls = [workload.implementation(name) for name in args.impl.split(",")]
+        workload, case = one_case(args.workload, args.case, args.variant)
+        registered = len(get_workload(args.workload).implementations)
+        names = args.impl.split(",")
+        names += [impl.name for impl in workload.implementations[registered:] if impl.name not in names]
+        impls = [workload.implementation(name) for name in names]
     except (KeyError, ValueError) as error:
         print(f"bad argument: {error}; --case is SET:INDEX, e.g. bench:0", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("kernel_times needs a CUDA GPU", file=sys.stderr)
         return 2
     inputs = workload.make_inputs(case, case["seed"], "cuda")
     print(f"{args.workload} {workload.case_name(case)}: mean GPU time per call, {args.runs} calls")
     for impl in impls:
-        times = kernel_times(impl.load(), to_framework(impl.framework, inputs), args.runs)
+        function = impl.load()
+        times = kernel_times(function, to_framework(impl.framework, inputs), args.runs)
         print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
         for kernel, ms in times.items():
             print(f"  {ms:9.3f} ms  {kernel[:100]}")
+        if impl.language == "triton":
+            for kernel, warps, registers, spilled in compiled_kernels(function):
+                print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")
     return 0
 
 

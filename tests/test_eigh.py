@@ -65,11 +65,21 @@ def test_eigenvalue_gate_compares_with_float64_eigenvalues():
     assert not verdict.passed and "eigenvalues" in verdict.reason
 
 
+def _symmetric_with(value):
+    """Two 5 x 5 identities, the second with one symmetric pair of entries set to value."""
+    a = torch.eye(5).repeat(2, 1, 1)
+    a[1, 2, 3] = a[1, 3, 2] = value
+    return a
+
+
 @pytest.mark.parametrize("bad, message", [
     (torch.zeros(4, 4), r"shape \[batch, n, n\]"),
     (torch.zeros(2, 4, 5), "square"),
     (torch.zeros(2, 4, 4, dtype=torch.float64), "float32|64-bit"),
     (torch.full((1, 3, 3), float("nan")), "NaN or Inf"),
+    (_symmetric_with(float("nan")), "NaN or Inf"),
+    (_symmetric_with(float("inf")), "NaN or Inf"),
+    (_symmetric_with(-float("inf")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
 ])
 @pytest.mark.parametrize("impl", ["torch", "jax", "triton", "pallas"])

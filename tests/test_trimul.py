@@ -267,8 +267,11 @@ def test_cli_runs_variants_of_a_port_from_their_files(tmp_path):
     path = tmp_path / "variants.json"
     code = compare_main(["trimul", "--impl", "triton", "--variant", f"counted=triton:{counted}",
                          "--variant", f"zero=triton:{zero}", "--cases", "smoke:0", "--json", str(path)])
-    results = {r["impl"]: r for r in json.loads(path.read_text())["results"]}
+    record = json.loads(path.read_text())
+    results = {r["impl"]: r for r in record["results"]}
     assert code == 1 and list(results) == ["triton", "counted", "zero"]
+    labels = {entry["name"]: entry["label"] for entry in record["implementations"]}  # which file each variant ran
+    assert labels["counted"].endswith(f"variant from {counted}") and "variant" not in labels["triton"]
     assert results["counted"]["status"] == "pass" and results["counted"]["language"] == "triton"
     assert ports._module_from_file(str(counted)).CALLS  # the file's function ran, not the port's module
     assert results["zero"]["status"] == "fail"  # a variant is checked as every implementation is
@@ -321,3 +324,21 @@ def test_triton_port_compiles_for_hopper(compile_for_hopper, options):
     # every kernel compiled for sm_90 by Triton's own pipeline, within the H200's shared memory either way
     status, output = compile_for_hopper("trimul", "bench:0", *options)
     assert status == 0 and "compiled for sm_90" in output, output
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
+def test_a_variant_compiles_for_hopper(compile_for_hopper, tmp_path):
+    counted = tmp_path / "trimul_counted.py"
+    counted.write_text(COUNTED_VARIANT)
+    status, output = compile_for_hopper("trimul", "bench:0", "--impl", "counted", "--variant",
+                                        f"counted=triton:{counted}")
+    assert status == 0 and ", counted: " in output and "compiled for sm_90" in output, output
+
+
+@pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
+def test_kernel_times_rejects_bad_variants_with_code_2(tmp_path, capsys, variant):
+    from compare.kernel_times import main as kernel_times_main
+    file = tmp_path / "trimul_counted.py"
+    file.write_text(COUNTED_VARIANT)
+    assert kernel_times_main(["trimul", "--variant", variant.format(file=file)]) == 2
+    assert "bad argument" in capsys.readouterr().err
