@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     if args.workload not in WORKLOAD_MODULES:
         print(f"unknown workload {args.workload!r}; valid: {', '.join(WORKLOAD_MODULES)}", file=sys.stderr)
         return 2
-    from compare.driver import Settings, run, select_cases, with_variants
+    from compare.driver import Settings, run, select_cases, with_unnamed_variants, with_variants
 
     registered = get_workload(args.workload)
     try:
@@ -74,15 +74,13 @@ def main(argv=None) -> int:
         print(str(error).strip("'\""), file=sys.stderr)
         return 2
     valid_impls = [impl.name for impl in workload.implementations]
-    variants = valid_impls[len(registered.implementations):]
     if args.list:
         for impl in workload.implementations:
             print(f"{impl.name:15} {impl.framework:6} {impl.language:8} {impl.label}")
         for name, cases in workload.cases.items():
             print(f"cases {name}: {len(cases)}")
         return 0
-    impls = _split(args.impl) or valid_impls
-    impls += [name for name in variants if name not in impls]
+    impls = with_unnamed_variants(_split(args.impl) or valid_impls, workload, registered)
     unknown = [name for name in impls if name not in valid_impls]
     if unknown:
         print(f"unknown implementation(s) {', '.join(unknown)}; valid: {', '.join(valid_impls)}", file=sys.stderr)

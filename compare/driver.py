@@ -30,6 +30,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from compare.kernel_times import profiled_calls
 from ports import Implementation, Workload, first_difference, get_workload, to_framework, to_torch
@@ -225,6 +226,13 @@ def with_variants(workload: Workload, specs: list[str]) -> Workload:
     return dataclasses.replace(workload, implementations=workload.implementations + tuple(variants))
 
 
+def with_unnamed_variants(names: list[str], workload: Workload, registered: Workload) -> list[str]:
+    """The implementation names, then those of the variants `with_variants` added to `registered` that the names
+    leave out: a variant always runs beside what it is compared with."""
+    added = [impl.name for impl in workload.implementations[len(registered.implementations):]]
+    return names + [name for name in added if name not in names]
+
+
 def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
     """(set, case) pairs for "SET" (every case of the set) or "SET:INDEX" (one case); ValueError if unknown."""
     name, _, index = spec.partition(":")
@@ -253,12 +261,12 @@ def one_case_arguments(prog: str, description: str, case_default: str, impl_defa
     return parser
 
 
-def one_case(workload_name: str, spec: str, variants: list[str] = ()):
+def one_case(workload_name: str, spec: str, variants: Sequence[str] = ()):
     """(workload, case) for a one-case tool's WORKLOAD, --case SET:INDEX and --variant specs (`with_variants`);
     KeyError or ValueError if one is unknown or malformed."""
     workload = with_variants(get_workload(workload_name), list(variants))
     if ":" not in spec:
-        raise ValueError(f"one case is needed, got {spec!r}")
+        raise ValueError(f"--case is one case, SET:INDEX (e.g. bench:0); got {spec!r}")
     [(_, case)] = select_cases(workload, spec)
     return workload, case
 

@@ -7,7 +7,7 @@ The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdo
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
 on one input set; the table gives each kernel's mean time per call. For a Triton implementation
 it then lists what the GPU's Triton compiled each of its module's kernels to: warps, registers a
-thread and bytes spilled, one line per specialisation (XLA compiles the Pallas kernels out of
+thread and bytes of local memory (spills), one line per specialisation (XLA compiles the Pallas kernels out of
 reach). A --variant runs with the implementations named in --impl.
 """
 from __future__ import annotations
@@ -43,8 +43,9 @@ def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
 
 
 def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
-    """(kernel, warps, registers a thread, spilled bytes) of each compiled specialisation of the Triton kernels
-    in the module that defines `function`, as its launches left them in Triton's per-device caches."""
+    """(kernel, warps, registers a thread, bytes of local memory a thread: spills) of each compiled
+    specialisation of the Triton kernels in the module that defines `function`, as its launches left them in
+    Triton's per-device caches (whose n_spills counts 4-byte words)."""
     from triton.runtime.jit import JITFunction
 
     module = sys.modules.get(getattr(function, "__module__", None))
@@ -52,13 +53,14 @@ def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
     for name, value in sorted(vars(module).items()) if module else ():
         if isinstance(value, JITFunction):
             for kernel_cache, *_ in value.device_caches.values():
-                rows += [(name, kernel.metadata.num_warps, kernel.n_regs, kernel.n_spills)
+                rows += [(name, kernel.metadata.num_warps, kernel.n_regs, 4 * kernel.n_spills)
                          for kernel in kernel_cache.values() if getattr(kernel, "n_regs", None) is not None]
     return rows
 
 
 def main(argv=None) -> int:
-    from compare.driver import one_case, one_case_arguments  # here: the driver imports this module
+    # imported here: the driver imports this module
+    from compare.driver import one_case, one_case_arguments, with_unnamed_variants
 
     parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")
@@ -71,12 +73,10 @@ def main(argv=None) -> int:
 
     try:
         workload, case = one_case(args.workload, args.case, args.variant)
-        registered = len(get_workload(args.workload).implementations)
-        names = args.impl.split(",")
-        names += [impl.name for impl in workload.implementations[registered:] if impl.name not in names]
+        names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
         impls = [workload.implementation(name) for name in names]
     except (KeyError, ValueError) as error:
-        print(f"bad argument: {error}; --case is SET:INDEX, e.g. bench:0", file=sys.stderr)
+        print(f"bad argument: {error}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("kernel_times needs a CUDA GPU", file=sys.stderr)

@@ -442,7 +442,7 @@ def back_transform_warps(block_n: int) -> int:
     each step's reduction spans few warps. H200, swept over 2 to 16 warps and 4 to 64 vectors at 40x352, 640x512,
     60x1024 and 8x2048: 8 vectors on 2 warps (4 at 2048) took 17.3, 12.6 and 14.0 ms where 16 to 32 vectors on 8
     warps took 30.0, 21.2 and 19.4; 256 elements a thread spilled (10 to 20 times slower). One warp up to 512, in
-    the driver: Triton 640x512 dense 92.8 ms against 97.7; Pallas, A/B in one run, 91.3 against 95.5 (40x352 9.39
+    the driver: Triton 640x512 dense 92.7 ms against 97.7; Pallas, A/B in one run, 91.3 against 95.5 (40x352 9.39
     against 9.58)."""
     return 1 if block_n <= 512 else max(2, block_n // 512)
 

@@ -6,6 +6,7 @@ on a machine with CUDA the GPU tests also run GPU MODE's 18 test cases.
 import dataclasses
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -333,6 +334,28 @@ def test_a_variant_compiles_for_hopper(compile_for_hopper, tmp_path):
     status, output = compile_for_hopper("trimul", "bench:0", "--impl", "counted", "--variant",
                                         f"counted=triton:{counted}")
     assert status == 0 and ", counted: " in output and "compiled for sm_90" in output, output
+
+
+def test_kernel_times_reads_registers_and_spills_from_triton_caches(monkeypatch):
+    # what a launch leaves in a JIT function's per-device cache: n_regs, and n_spills in 4-byte words
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    from compare.kernel_times import compiled_kernels
+
+    def add(x):
+        return x
+
+    kernel = JITFunction.__new__(JITFunction)
+    compiled = types.SimpleNamespace(metadata=types.SimpleNamespace(num_warps=4), n_regs=96, n_spills=18)
+    unloaded = types.SimpleNamespace(metadata=types.SimpleNamespace(num_warps=8))  # never launched: no n_regs
+    kernel.device_caches = {0: ({"key": compiled, "other": unloaded}, {}, None, None, None)}
+    module = types.ModuleType("kernels_with_cache")
+    module.launcher, module._kernel = add, kernel
+    add.__module__ = module.__name__
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert compiled_kernels(add) == [("_kernel", 4, 96, 72)]
 
 
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])

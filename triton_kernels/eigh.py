@@ -56,7 +56,7 @@ from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GA
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
-TRIDIAGONAL_REGISTERS = 168  # a thread, in the one-launch tridiagonalisation of many matrices (`_tridiagonal_register_cap`)
+TRIDIAGONAL_REGISTERS = 168  # a thread: the one-launch tridiagonalisation of many matrices (see its cap)
 
 
 @triton.jit
@@ -836,16 +836,18 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
-def _tridiagonal_register_cap(programs: int, warps: int, device: torch.device) -> int | None:
-    """Register cap a thread for the one-launch tridiagonalisation on MANY_TRIDIAGONAL_WARPS warps, where its
-    programs outnumber what the SMs hold uncapped. Each of an SM's four schedulers has 16384 registers and holds
-    whole warps: at the 196 registers the kernel compiles to (H200, Triton 3.6) an SM holds 4 two-warp programs,
-    at TRIDIAGONAL_REGISTERS 6, so 640 matrices run in one wave instead of two. H200, driver A/B in one run,
-    640x512 dense: kernel 38.7 ms against 48.2, whole call 84.0 against 93.6, though each thread spills 18 bytes.
-    Where the programs fit uncapped the cap was not measured and is not set; with 16-row tiles on 4 warps (few
-    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port compiles the kernel to 168 registers as it is
-    (sm_90, Triton 3.9 on the CPU) and its Triton compiler parameters have no cap."""
-    if device.type != "cuda" or warps != MANY_TRIDIAGONAL_WARPS:
+def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: torch.device) -> int | None:
+    """Register cap a thread for the one-launch tridiagonalisation of matrices padded to 512 on
+    MANY_TRIDIAGONAL_WARPS warps, where its programs outnumber what the SMs hold uncapped. Each of an SM's four
+    schedulers has 16384 registers and holds whole warps: at the 196 registers that kernel compiles to (H200,
+    Triton 3.6) an SM holds 4 two-warp programs, at TRIDIAGONAL_REGISTERS 6, so 640 matrices run in one wave
+    instead of two. H200, driver A/B in one run, 640x512 dense: kernel 38.7 ms against 48.2, whole call 84.0
+    against 93.6, though each thread spills 72 bytes. Not set where it was not measured: fewer programs, other
+    padded sizes (the register count differs); with 16-row tiles on 4 warps (few matrices) it cost 40x352 16.1
+    ms against 10.4. The Pallas port's kernel compiles to 168 registers uncapped in an sm_90 compile by the CPU's
+    Triton 3.9 (XLA's Triton on the GPU was not read), and its Triton compiler parameters have no cap. On CPU
+    tensors (`compare.hopper_compile`) no cap is set."""
+    if device.type != "cuda" or warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     uncapped = 4 * torch.cuda.get_device_properties(device).multi_processor_count
     return TRIDIAGONAL_REGISTERS if programs > uncapped else None
@@ -871,7 +873,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                                                  ROWS=tile_rows, PARTIALS=triton.next_power_of_2(blocks),
                                                  NB=TRIDIAGONAL_PANEL, CHUNK=PANEL_CHUNK,
                                                  COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=warps,
-                                                 maxnreg=_tridiagonal_register_cap(batch, warps, a.device))
+                                                 maxnreg=_tridiagonal_register_cap(batch, warps, block_n, a.device))
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
