@@ -7,8 +7,8 @@ The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdo
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
 on one input set; the table gives each kernel's mean time per call. For a Triton implementation
 it then lists what the GPU's Triton compiled each of its module's kernels to: warps, registers a
-thread and bytes of local memory (spills), one line per specialisation (XLA compiles the Pallas kernels out of
-reach). A --variant runs with the implementations named in --impl.
+thread and bytes of local memory (spills), one line per specialisation (XLA compiles the Pallas
+kernels out of reach). A --variant runs with the implementations named in --impl.
 """
 from __future__ import annotations
 

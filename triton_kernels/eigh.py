@@ -56,7 +56,7 @@ from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GA
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
-TRIDIAGONAL_REGISTERS = 168  # a thread: the one-launch tridiagonalisation of many matrices (see its cap)
+TRIDIAGONAL_PROGRAMS_AN_SM = 6  # two-warp programs of the one-launch tridiagonalisation an SM, capped (168 registers)
 
 
 @triton.jit
@@ -836,21 +836,27 @@ def _empty(*shape, device):
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
+def _registers_for(programs_an_sm: int, warps: int) -> int:
+    """The most registers a thread that let programs_an_sm programs of `warps` warps share an SM: each of its four
+    schedulers has 16384 registers and holds whole warps, and registers go to a thread 8 at a time."""
+    return 16384 // (32 * -(-programs_an_sm * warps // 4)) // 8 * 8
+
+
 def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-launch tridiagonalisation of matrices padded to 512 on
     MANY_TRIDIAGONAL_WARPS warps, where its programs outnumber what the SMs hold uncapped. Each of an SM's four
     schedulers has 16384 registers and holds whole warps: at the 196 registers that kernel compiles to (H200,
-    Triton 3.6) an SM holds 4 two-warp programs, at TRIDIAGONAL_REGISTERS 6, so 640 matrices run in one wave
-    instead of two. H200, driver A/B in one run, 640x512 dense: kernel 38.7 ms against 48.2, whole call 84.0
-    against 93.6, though each thread spills 72 bytes. Not set where it was not measured: fewer programs, other
-    padded sizes (the register count differs); with 16-row tiles on 4 warps (few matrices) it cost 40x352 16.1
-    ms against 10.4. The Pallas port's kernel compiles to 168 registers uncapped in an sm_90 compile by the CPU's
-    Triton 3.9 (XLA's Triton on the GPU was not read), and its Triton compiler parameters have no cap. On CPU
-    tensors (`compare.hopper_compile`) no cap is set."""
+    Triton 3.6) an SM holds 4 two-warp programs, at 168 (`_registers_for` TRIDIAGONAL_PROGRAMS_AN_SM) 6, so 640
+    matrices run in one wave instead of two. H200, driver A/B in one run, 640x512 dense: kernel 38.7 ms against
+    48.2, whole call 84.0 against 93.6, though each thread spills 72 bytes. Not set where it was not measured:
+    fewer programs, other padded sizes (the register count differs); with 16-row tiles on 4 warps (few
+    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port's kernel compiles to 168 registers uncapped
+    in an sm_90 compile by the CPU's Triton 3.9 (XLA's Triton on the GPU was not read), and its Triton compiler
+    parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
     if device.type != "cuda" or warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     uncapped = 4 * torch.cuda.get_device_properties(device).multi_processor_count
-    return TRIDIAGONAL_REGISTERS if programs > uncapped else None
+    return _registers_for(TRIDIAGONAL_PROGRAMS_AN_SM, warps) if programs > uncapped else None
 
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
@@ -957,11 +963,11 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
 
 def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-program-a-matrix Gram-Schmidt: where its programs queue for the SMs, so
-    that two fit an SM's 65536 registers, if that leaves at least 128 (8 warps: 128; it compiles to 255, one
+    that two fit an SM (`_registers_for`), if that leaves at least 128 (8 warps: 128; it compiles to 255, one
     program an SM). H200, Triton 3.6, 640x512: clustered 224 ms against 243, dense 122 against 124, although
     each thread spills 424 bytes (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
     this: Pallas's Triton compiler parameters have no register cap."""
-    cap = 65536 // (2 * 32 * warps)
+    cap = _registers_for(2, warps)
     if device.type != "cuda" or cap < 128 or cap >= 255:
         return None
     return cap if programs > torch.cuda.get_device_properties(device).multi_processor_count else None
