@@ -40,11 +40,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
+from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_CHUNK,
                         PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
                         TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
-                        back_transform_warps, check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
+                        check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
                         product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
@@ -785,28 +785,96 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         jax.lax.fori_loop(0, n, each_vector, 0)
 
 
-def _back_transform_kernel(w_ref, tau_ref, z_ref, q_ref, *, n, block_n, vectors_per_program):
-    """As the Triton port's `_back_transform_kernel`: program (b, block), Q[:, the block's
-    vectors_per_program (COLS) vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors applied last first
-    to the vectors held in registers, each loaded a step ahead (Z is [vector, element]; Q is written
-    [element, vector] through a transposed index)."""
-    vectors = pl.program_id(1) * vectors_per_program + jnp.arange(vectors_per_program)
-    cols = jnp.arange(block_n)
-    valid = cols < n
-    mask = (vectors < n)[:, None] & valid[None, :]
-    z = _load(z_ref.at[pl.ds(pl.program_id(1) * vectors_per_program, vectors_per_program), pl.ds(0, block_n)], mask)
+def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk, interpret):
+    """As the Triton port's `_compact_wy_kernel`: program (b, panel), the panel's triangular T of
+    H_first ... H_last = I - V T V^T (LAPACK's dlarft) from G = V^T V, and zeros written over the
+    tridiagonalisation's leftovers in the panel's rows of w (the input, aliased, read and written through
+    the output ref) from its first chunk on."""
+    first = pl.program_id(1) * reflectors
+    members = jnp.arange(reflectors)
+    rows = first + members
 
-    def reflector(k):  # (v_k, tau_k); zero for k < 0
-        row = jnp.maximum(k, 0)
-        return _load(w_ref.at[row, pl.ds(0, block_n)], valid & (cols > k) & (k >= 0)), tau_ref[row]
+    def gram_step(c, gram):
+        cols = c * chunk + jnp.arange(chunk)
+        block = w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)]
+        inside = (rows < n)[:, None] & (cols < n)[None, :]
+        reflector_chunk = jnp.where(cols[None, :] > rows[:, None], _load(block, inside), 0.0)
+        pltriton.store(block, reflector_chunk, mask=inside)
+        return gram + _dot_ieee(reflector_chunk, reflector_chunk.T)
 
-    def reflect(t, carry):
-        z, (v, tau) = carry
-        following = reflector(n - 2 - t)
-        return z - (tau * jnp.sum(z * v[None, :], axis=1))[:, None] * v[None, :], following
+    gram = jax.lax.fori_loop((first + 1) // chunk, pl.cdiv(n, chunk), gram_step,
+                             jnp.zeros((reflectors, reflectors), jnp.float32))
+    t_ref[...] = gram  # G's rows are read back one a step: loads, not reductions
+    _barrier(interpret)
 
-    z, _ = jax.lax.fori_loop(0, n, reflect, (z, reflector(n - 1)))
-    pltriton.store(q_ref.at[cols[None, :], vectors[:, None]], z, mask=mask)
+    def column(i, t):  # T[i, i] = tau_i, T[:i, i] = -tau_i T[:i, :i] G[:i, i]
+        tau = jnp.where(first + i < n, tau_ref[jnp.minimum(first + i, n - 1)], 0.0)
+        g = _load(t_ref.at[i, pl.ds(0, reflectors)], members < i)  # G[i, :i] = G[:i, i]
+        entries = jnp.where(members == i, tau, -tau * jnp.sum(t * g[None, :], axis=1))
+        return jnp.where(members[None, :] == i, entries[:, None], t)
+
+    t = jax.lax.fori_loop(0, reflectors, column, jnp.zeros((reflectors, reflectors), jnp.float32))
+    _barrier(interpret)  # every row of G is read before T overwrites it
+    t_ref[...] = t
+
+
+def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_program, reflectors, chunk, interpret):
+    """As the Triton port's `_back_transform_kernel`: program (block, b), Q[:, the block's
+    vectors_per_program vectors] = H_0 ... H_{n-3} Z a panel of reflectors at a time, last first, as
+    Z^T -= ((Z^T V) T^T) V^T with K walked chunk columns at a time, one pass over the chunks a panel that
+    also forms the next panel's Z^T V; Z^T's rows (the input, aliased) are updated in place through the
+    output ref, and the first panel writes Q through a transposed index. The products run as three TF32
+    passes (DotAlgorithmPreset TF32_TF32_F32_X3; the interpreter, which has no such preset, runs float32)."""
+    start_vector = pl.program_id(0) * vectors_per_program
+    vectors = start_vector + jnp.arange(vectors_per_program)
+    precision = jax.lax.Precision.HIGHEST if interpret else jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    panels = pl.cdiv(n, reflectors)
+
+    def dot(a, b):
+        return jnp.dot(a, b, precision=precision, preferred_element_type=jnp.float32)
+
+    def z_block(c):  # Z^T's chunk c: (ref, mask, columns)
+        cols = c * chunk + jnp.arange(chunk)
+        return (z_ref.at[pl.ds(start_vector, vectors_per_program), pl.ds(c * chunk, chunk)],
+                (vectors < n)[:, None] & (cols < n)[None, :], cols)
+
+    def reflector_block(c, first, from_column=0):  # V^T's chunk c for the panel from reflector `first`
+        cols, rows = c * chunk + jnp.arange(chunk), first + jnp.arange(reflectors)
+        mask = (rows < n)[:, None] & (cols < n)[None, :] & (cols >= from_column)[None, :]
+        return _load(w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)], mask)
+
+    def project_last(c, projection):
+        block, mask, _ = z_block(c)
+        last = jnp.int32((panels - 1) * reflectors)  # traced: a static start past n would be refused
+        return projection + dot(_load(block, mask), reflector_block(c, last).T)
+
+    def apply_panel(p, projection):
+        panel = panels - 1 - p
+        first = panel * reflectors
+        begin = (first + 1) // chunk * chunk  # the panel's reflectors are zero before column first + 1
+        projection = dot(projection, t_ref[panel].T)
+
+        def update(c, following):
+            block, mask, cols = z_block(c)
+            updated = _load(block, mask) - dot(projection, reflector_block(c, first, begin))
+
+            @pl.when(panel == 0)
+            def _():
+                pltriton.store(q_ref.at[cols[None, :], vectors[:, None]], updated, mask=mask)
+
+            @pl.when(panel != 0)
+            def _():
+                pltriton.store(block, updated, mask=mask)
+            return following + dot(updated, reflector_block(c, first - reflectors).T)
+
+        following = jax.lax.fori_loop(jnp.maximum(first + 1 - reflectors, 0) // chunk, pl.cdiv(n, chunk), update,
+                                      jnp.zeros_like(projection))
+        _barrier(interpret)  # the next panel reads what this one wrote
+        return following
+
+    projection = jax.lax.fori_loop(((panels - 1) * reflectors + 1) // chunk, pl.cdiv(n, chunk), project_last,
+                                   jnp.zeros((vectors_per_program, reflectors), jnp.float32))
+    jax.lax.fori_loop(0, panels, apply_panel, projection)
 
 
 _f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
@@ -1015,18 +1083,30 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
 
 
 def _back_transform(w, tau, z, *, interpret):
-    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns."""
+    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns (w's and z's buffers are overwritten)."""
     batch, n, _ = z.shape
-    block_n = pl.next_power_of_2(n)
-    cols = BACK_TRANSFORM_VECTORS
+    panels = pl.cdiv(n, BACK_TRANSFORM_REFLECTORS)
     matrix = _per_matrix(n, n)
+    factors = pl.BlockSpec((None, None, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
+                           lambda b, panel: (b, panel, 0, 0))
+    w, t = pl.pallas_call(
+        functools.partial(_compact_wy_kernel, n=n, reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK,
+                          interpret=interpret),
+        out_shape=(_f32((batch, n, n)), _f32((batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS))),
+        grid=(batch, panels), in_specs=[_per_matrix(n), matrix], out_specs=(matrix, factors),
+        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret,
+        name="eigh_compact_wy",
+    )(tau, w)
+    by_matrix = pl.BlockSpec((None, n, n), lambda block, b: (b, 0, 0))  # grid (block, b): see the kernel
     return pl.pallas_call(
-        functools.partial(_back_transform_kernel, n=n, block_n=block_n, vectors_per_program=cols),
-        out_shape=_f32((batch, n, n)), grid=(batch, pl.cdiv(n, cols)), in_specs=[matrix, _per_matrix(n), matrix],
-        out_specs=matrix, compiler_params=pltriton.CompilerParams(num_warps=back_transform_warps(block_n)),
-        interpret=interpret,
-        name="eigh_back_transform",
-    )(w, tau, z)
+        functools.partial(_back_transform_kernel, n=n, vectors_per_program=BACK_TRANSFORM_VECTORS,
+                          reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK, interpret=interpret),
+        out_shape=(_f32((batch, n, n)), _f32((batch, n, n))), grid=(pl.cdiv(n, BACK_TRANSFORM_VECTORS), batch),
+        in_specs=[by_matrix, pl.BlockSpec((None, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
+                                          lambda block, b: (b, 0, 0, 0)), by_matrix],
+        out_specs=(by_matrix, by_matrix), input_output_aliases={2: 0},
+        compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_back_transform",
+    )(w, t, z)[1]
 
 
 def _tridiagonal(a, *, interpret):

@@ -356,7 +356,10 @@ GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 6
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
 # CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
 # 60x1024 3-4 ms faster, results/h200/NOTES.md)
-BACK_TRANSFORM_VECTORS = 8  # eigenvectors per program of the back-transformation (see back_transform_warps)
+BACK_TRANSFORM_VECTORS = 64  # the back-transformation's program: this many eigenvectors (one warp group's product
+BACK_TRANSFORM_REFLECTORS = 64  # rows), this many reflectors a panel (the compact WY form's width), and its K walked
+BACK_TRANSFORM_CHUNK = 32  # this many elements at a time
+BACK_TRANSFORM_PRECISION = "tf32x3"  # its products: three TF32 tensor-core passes, about float32's accuracy
 SECOND_PASS_BELOW = 0.9  # a Gram-Schmidt panel's second pass runs only if a vector's norm fell below this in the first
 # (Kahan's test; dense spectra almost never need it: H200, 640x512 dense 143 ms against 157, 60x1024 dense 111 against
 # 123, orthogonality unchanged on every bench row, results/h200/NOTES.md)
@@ -434,17 +437,6 @@ def vector_panel_warps(block_n: int) -> int:
     """Warps per program for the kernels that sweep a matrix's vectors PANEL rows of block_n at a time (the
     clusters' Gram-Schmidt and the repair): one per 64 elements of a row, 4 to 16."""
     return min(16, max(4, block_n // 64))
-
-
-def back_transform_warps(block_n: int) -> int:
-    """Warps per program of the back-transformation (BACK_TRANSFORM_VECTORS vectors of padded length block_n): 1 up
-    to 512, 2 up to 1024, then one per 512 elements, so each thread holds at most 128 of the vectors' elements and
-    each step's reduction spans few warps. H200, swept over 2 to 16 warps and 4 to 64 vectors at 40x352, 640x512,
-    60x1024 and 8x2048: 8 vectors on 2 warps (4 at 2048) took 17.3, 12.6 and 14.0 ms where 16 to 32 vectors on 8
-    warps took 30.0, 21.2 and 19.4; 256 elements a thread spilled (10 to 20 times slower). One warp up to 512, in
-    the driver: Triton 640x512 dense 92.7 ms against 97.7; Pallas, A/B in one run, 91.3 against 95.5 (40x352 9.39
-    against 9.58)."""
-    return 1 if block_n <= 512 else max(2, block_n // 512)
 
 
 def jacobi_warps(size: int) -> int:

@@ -47,11 +47,12 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.eigh import (BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
+from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
+                        BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP,
                         GRAM_SCHMIDT_PROGRAMS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES,
                         MANY_TRIDIAGONAL_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS,
                         REPAIR_RESIDUAL, SECOND_PASS_BELOW, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                        back_transform_warps, check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
+                        check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
                         product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
@@ -795,32 +796,93 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
 
 
 @triton.jit
-def _reflector(w, tau_row, k, cols, valid, n):
-    """(v_k, tau_k) of one matrix (w its reflector rows, tau_row its taus); zero for k < 0."""
-    row = tl.maximum(k, 0)
-    return (tl.load(w + row * n + cols, mask=valid & (cols > tl.where(k < 0, n, k)), other=0.0),
-            tl.load(tau_row + row))
+def _reflector_rows(w, first, start, ks, members, n):
+    """Pointers and mask of a panel's [REFLECTORS, CHUNK] block of w: rows first + members, columns start + ks."""
+    rows, cols = first + members, start + ks
+    return w + rows[:, None] * n + cols[None, :], (rows < n)[:, None] & (cols < n)[None, :]
 
 
 @triton.jit
-def _back_transform_kernel(w_ptr, tau_ptr, z_ptr, q_ptr, n, BLOCK_N: tl.constexpr, COLS: tl.constexpr):
-    """Program (b, block): Q[:, block's COLS vectors] = H_0 H_1 ... H_{n-3} Z, the reflectors
-    applied last first to the vectors held in registers, each loaded a step ahead so that its load
-    overlaps the step before (Z is [batch, vector, n]; Q is written [batch, n, vector]). Few
-    vectors on few warps (`ports.eigh.back_transform_warps`) keep each step's reduction short."""
-    matrix = tl.program_id(0).to(tl.int64)
-    vectors = tl.program_id(1) * COLS + tl.arange(0, COLS)
-    cols = tl.arange(0, BLOCK_N)
-    valid = cols < n
-    mask = (vectors < n)[:, None] & valid[None, :]
-    w, tau_row = w_ptr + matrix * n * n, tau_ptr + matrix * n
-    z = tl.load(z_ptr + matrix * n * n + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
-    v, tau = _reflector(w, tau_row, n - 1, cols, valid, n)
-    for t in range(n):
-        following, following_tau = _reflector(w, tau_row, n - 2 - t, cols, valid, n)
-        z -= (tau * tl.sum(z * v[None, :], axis=1))[:, None] * v[None, :]
-        v, tau = following, following_tau
-    tl.store(q_ptr + matrix * n * n + cols[None, :] * n + vectors[:, None], z, mask=mask)
+def _compact_wy_kernel(w_ptr, tau_ptr, t_ptr, n, REFLECTORS: tl.constexpr, CHUNK: tl.constexpr):
+    """Program (b, panel): the triangular T of H_first ... H_last = I - V T V^T for the panel's REFLECTORS
+    reflectors (LAPACK's dlarft, forward and columnwise): T[i, i] = tau_i, T[:i, i] = -tau_i T[:i, :i] G[:i, i],
+    G = V^T V summed over the panel's nonzero columns CHUNK at a time. t is [batch, panels, REFLECTORS, REFLECTORS].
+    Row j of w holds v_j in its columns after j, and the tridiagonalisation's leftovers before: this kernel writes
+    zeros over those from the panel's first chunk on, so the back-transformation reads V^T's chunks unmasked."""
+    matrix, panel = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    first = panel * REFLECTORS
+    w = w_ptr + matrix * n * n
+    members = tl.arange(0, REFLECTORS)
+    ks = tl.arange(0, CHUNK)
+    gram = tl.zeros((REFLECTORS, REFLECTORS), tl.float32)
+    for start in range((first + 1) // CHUNK * CHUNK, n, CHUNK):
+        pointers, inside = _reflector_rows(w, first, start, ks, members, n)
+        chunk = tl.where((start + ks)[None, :] > (first + members)[:, None], tl.load(pointers, mask=inside), 0.0)
+        tl.store(pointers, chunk, mask=inside)
+        gram = tl.dot(chunk, tl.trans(chunk), gram, input_precision="ieee")
+    factor = t_ptr + (matrix * tl.num_programs(1) + panel) * REFLECTORS * REFLECTORS
+    rows, cols = members[:, None], members[None, :]
+    tl.store(factor + rows * REFLECTORS + cols, gram)  # G's rows are read back one a step: loads, not reductions
+    tl.debug_barrier()
+    t = tl.zeros((REFLECTORS, REFLECTORS), tl.float32)
+    for i in range(REFLECTORS):
+        tau = tl.load(tau_ptr + matrix * n + first + i, mask=first + i < n, other=0.0)
+        g = tl.load(factor + i * REFLECTORS + members, mask=members < i, other=0.0)  # G[i, :i] = G[:i, i]
+        column = tl.where(members == i, tau, -tau * tl.sum(t * g[None, :], axis=1))
+        t = tl.where(cols == i, column[:, None], t)
+    tl.debug_barrier()  # every row of G is read before T overwrites it
+    tl.store(factor + rows * REFLECTORS + cols, t)
+
+
+@triton.jit
+def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, VECTORS: tl.constexpr, REFLECTORS: tl.constexpr,
+                           CHUNK: tl.constexpr, PRECISION: tl.constexpr):
+    """Program (block, b): Q[:, the block's VECTORS vectors] = H_0 H_1 ... H_{n-3} Z, a panel of REFLECTORS
+    reflectors at a time, last panel first, in compact WY form (`_compact_wy_kernel`): on Z^T's rows,
+    Z^T -= ((Z^T V) T^T) V^T, tensor-core products whose K (the panel's nonzero columns) is walked CHUNK columns
+    at a time through global memory (Z^T's rows updated in place in z, [batch, vector, n]). One pass over the
+    chunks a panel: each chunk is updated by the panel and, while in registers, gives its share of the next
+    panel's projection Z^T V, so Z^T is read and written once a panel; the first panel writes Q [batch, n,
+    vector] instead. The grid's first axis is the block, so a matrix's programs run side by side and share its
+    reflectors in L2."""
+    matrix = tl.program_id(1).to(tl.int64)
+    vectors = tl.program_id(0) * VECTORS + tl.arange(0, VECTORS)
+    members = tl.arange(0, REFLECTORS)
+    ks = tl.arange(0, CHUNK)
+    w, z, q = w_ptr + matrix * n * n, z_ptr + matrix * n * n, q_ptr + matrix * n * n
+    panels = tl.cdiv(n, REFLECTORS)
+    projection = tl.zeros((VECTORS, REFLECTORS), tl.float32)  # Z^T V of the panel to apply
+    for start in range(((panels - 1) * REFLECTORS + 1) // CHUNK * CHUNK, n, CHUNK):
+        cols = start + ks
+        block = tl.load(z + vectors[:, None] * n + cols[None, :], mask=(vectors < n)[:, None] & (cols < n)[None, :],
+                        other=0.0)
+        pointers, inside = _reflector_rows(w, (panels - 1) * REFLECTORS, start, ks, members, n)
+        projection = tl.dot(block, tl.trans(tl.load(pointers, mask=inside, other=0.0)), projection,
+                            input_precision=PRECISION)
+    for p in range(panels):
+        panel = panels - 1 - p
+        first = panel * REFLECTORS
+        begin = (first + 1) // CHUNK * CHUNK  # the panel's reflectors are zero before column first + 1
+        t_transposed = tl.load(t_ptr + (matrix * panels + panel) * REFLECTORS * REFLECTORS
+                               + members[None, :] * REFLECTORS + members[:, None])
+        projection = tl.dot(projection, t_transposed, input_precision=PRECISION)
+        following = tl.zeros((VECTORS, REFLECTORS), tl.float32)  # the next panel's Z^T V
+        for start in range(tl.maximum(first + 1 - REFLECTORS, 0) // CHUNK * CHUNK, n, CHUNK):
+            cols = start + ks
+            mask = (vectors < n)[:, None] & (cols < n)[None, :]
+            block = tl.load(z + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
+            pointers, inside = _reflector_rows(w, first, start, ks, members, n)
+            block -= tl.dot(projection, tl.load(pointers, mask=inside & (cols >= begin)[None, :], other=0.0),
+                            input_precision=PRECISION)
+            if panel == 0:
+                tl.store(q + cols[None, :] * n + vectors[:, None], block, mask=mask)
+            else:
+                tl.store(z + vectors[:, None] * n + cols[None, :], block, mask=mask)
+                pointers, inside = _reflector_rows(w, first - REFLECTORS, start, ks, members, n)
+                following = tl.dot(block, tl.trans(tl.load(pointers, mask=inside, other=0.0)), following,
+                                   input_precision=PRECISION)
+        projection = following
+        tl.debug_barrier()  # the next panel reads what this one wrote
 
 
 def _on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
@@ -1001,12 +1063,16 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
 
 
 def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
-    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns."""
+    """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns (z is overwritten)."""
     batch, n, _ = z.shape
-    block_n = triton.next_power_of_2(n)
-    q, cols = _empty(batch, n, n, device=z.device), BACK_TRANSFORM_VECTORS
-    _back_transform_kernel[(batch, triton.cdiv(n, cols))](w, tau, z, q, n, BLOCK_N=block_n, COLS=cols,
-                                                          num_warps=back_transform_warps(block_n))
+    panels = triton.cdiv(n, BACK_TRANSFORM_REFLECTORS)
+    t = _empty(batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS, device=z.device)
+    _compact_wy_kernel[(batch, panels)](w, tau, t, n, REFLECTORS=BACK_TRANSFORM_REFLECTORS,
+                                        CHUNK=BACK_TRANSFORM_CHUNK, num_warps=4)
+    q = _empty(batch, n, n, device=z.device)
+    _back_transform_kernel[(triton.cdiv(n, BACK_TRANSFORM_VECTORS), batch)](
+        w, t, z, q, n, VECTORS=BACK_TRANSFORM_VECTORS, REFLECTORS=BACK_TRANSFORM_REFLECTORS,
+        CHUNK=BACK_TRANSFORM_CHUNK, PRECISION=BACK_TRANSFORM_PRECISION, num_warps=4)
     return q
 
 
