@@ -785,7 +785,7 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         jax.lax.fori_loop(0, n, each_vector, 0)
 
 
-def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk, interpret):
+def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk):
     """As the Triton port's `_compact_wy_kernel`: program (b, panel), the panel's triangular T of
     H_first ... H_last = I - V T V^T (LAPACK's dlarft) from G = V^T V, and zeros written over the
     tridiagonalisation's leftovers in the panel's rows of w (the input, aliased, read and written through
@@ -804,18 +804,15 @@ def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk, interp
 
     gram = jax.lax.fori_loop((first + 1) // chunk, pl.cdiv(n, chunk), gram_step,
                              jnp.zeros((reflectors, reflectors), jnp.float32))
-    t_ref[...] = gram  # G's rows are read back one a step: loads, not reductions
-    _barrier(interpret)
+    taus = _load(tau_ref.at[pl.ds(first, reflectors)], rows < n)
 
     def column(i, t):  # T[i, i] = tau_i, T[:i, i] = -tau_i T[:i, :i] G[:i, i]
-        tau = jnp.where(first + i < n, tau_ref[jnp.minimum(first + i, n - 1)], 0.0)
-        g = _load(t_ref.at[i, pl.ds(0, reflectors)], members < i)  # G[i, :i] = G[:i, i]
+        tau = jnp.sum(jnp.where(members == i, taus, 0.0))
+        g = jnp.sum(jnp.where((members[:, None] == i) & (members[None, :] < i), gram, 0.0), axis=0)
         entries = jnp.where(members == i, tau, -tau * jnp.sum(t * g[None, :], axis=1))
         return jnp.where(members[None, :] == i, entries[:, None], t)
 
-    t = jax.lax.fori_loop(0, reflectors, column, jnp.zeros((reflectors, reflectors), jnp.float32))
-    _barrier(interpret)  # every row of G is read before T overwrites it
-    t_ref[...] = t
+    t_ref[...] = jax.lax.fori_loop(0, reflectors, column, jnp.zeros((reflectors, reflectors), jnp.float32))
 
 
 def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_program, reflectors, chunk, interpret):
@@ -1090,8 +1087,7 @@ def _back_transform(w, tau, z, *, interpret):
     factors = pl.BlockSpec((None, None, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
                            lambda b, panel: (b, panel, 0, 0))
     w, t = pl.pallas_call(
-        functools.partial(_compact_wy_kernel, n=n, reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK,
-                          interpret=interpret),
+        functools.partial(_compact_wy_kernel, n=n, reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK),
         out_shape=(_f32((batch, n, n)), _f32((batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS))),
         grid=(batch, panels), in_specs=[_per_matrix(n), matrix], out_specs=(matrix, factors),
         input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret,

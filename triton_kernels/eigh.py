@@ -820,18 +820,15 @@ def _compact_wy_kernel(w_ptr, tau_ptr, t_ptr, n, REFLECTORS: tl.constexpr, CHUNK
         chunk = tl.where((start + ks)[None, :] > (first + members)[:, None], tl.load(pointers, mask=inside), 0.0)
         tl.store(pointers, chunk, mask=inside)
         gram = tl.dot(chunk, tl.trans(chunk), gram, input_precision="ieee")
-    factor = t_ptr + (matrix * tl.num_programs(1) + panel) * REFLECTORS * REFLECTORS
+    taus = tl.load(tau_ptr + matrix * n + first + members, mask=first + members < n, other=0.0)
     rows, cols = members[:, None], members[None, :]
-    tl.store(factor + rows * REFLECTORS + cols, gram)  # G's rows are read back one a step: loads, not reductions
-    tl.debug_barrier()
     t = tl.zeros((REFLECTORS, REFLECTORS), tl.float32)
     for i in range(REFLECTORS):
-        tau = tl.load(tau_ptr + matrix * n + first + i, mask=first + i < n, other=0.0)
-        g = tl.load(factor + i * REFLECTORS + members, mask=members < i, other=0.0)  # G[i, :i] = G[:i, i]
+        tau = tl.sum(tl.where(members == i, taus, 0.0))
+        g = tl.sum(tl.where((rows == i) & (cols < i), gram, 0.0), axis=0)  # G[i, :i] = G[:i, i]
         column = tl.where(members == i, tau, -tau * tl.sum(t * g[None, :], axis=1))
         t = tl.where(cols == i, column[:, None], t)
-    tl.debug_barrier()  # every row of G is read before T overwrites it
-    tl.store(factor + rows * REFLECTORS + cols, t)
+    tl.store(t_ptr + (matrix * tl.num_programs(1) + panel) * REFLECTORS * REFLECTORS + rows * REFLECTORS + cols, t)
 
 
 @triton.jit
