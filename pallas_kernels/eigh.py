@@ -40,7 +40,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
+from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
+                        BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
                         INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_CHUNK,
                         PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
                         TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
@@ -48,6 +49,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_REFLECTORS, BACK_TR
                         product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
+DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
+                  "ieee": jax.lax.DotAlgorithmPreset.F32_F32_F32}
 
 
 def _dot_ieee(a, b):
@@ -820,11 +823,11 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
     vectors_per_program vectors] = H_0 ... H_{n-3} Z a panel of reflectors at a time, last first, as
     Z^T -= ((Z^T V) T^T) V^T with K walked chunk columns at a time, one pass over the chunks a panel that
     also forms the next panel's Z^T V; Z^T's rows (the input, aliased) are updated in place through the
-    output ref, and the first panel writes Q through a transposed index. The products run as three TF32
-    passes (DotAlgorithmPreset TF32_TF32_F32_X3; the interpreter, which has no such preset, runs float32)."""
+    output ref, and the first panel writes Q through a transposed index. The products run at
+    BACK_TRANSFORM_PRECISION (`DOT_ALGORITHMS`; the interpreter, which has no TF32 preset, runs float32)."""
     start_vector = pl.program_id(0) * vectors_per_program
     vectors = start_vector + jnp.arange(vectors_per_program)
-    precision = jax.lax.Precision.HIGHEST if interpret else jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM_PRECISION]
     panels = pl.cdiv(n, reflectors)
 
     def dot(a, b):

@@ -218,6 +218,17 @@ def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 
+@pytest.mark.parametrize("port", PORTS)
+def test_back_transformation_in_many_panels(port, monkeypatch):
+    # With 16 reflectors a panel, 16-column chunks and 32 vectors a program, n = 70 takes 5 panels (the last one
+    # partial), 3 programs a matrix (the last partial) and chunks that straddle a panel's first reflector.
+    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    for name, value in (("BACK_TRANSFORM_REFLECTORS", 16), ("BACK_TRANSFORM_CHUNK", 16), ("BACK_TRANSFORM_VECTORS", 32)):
+        assert getattr(kernels, name) > value
+        monkeypatch.setattr(kernels, name, value)
+    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+
+
 def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)

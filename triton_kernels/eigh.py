@@ -34,7 +34,8 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
    orthogonalise only the closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every
    cluster (CLUSTER_GAP). Then `_repair_kernel` makes any vector whose residual is above
    REPAIR_RESIDUAL eps ||T|| orthogonal to all the sound ones.
-4. `_back_transform_kernel`: Q = H Z, each program holding a block of vectors in registers.
+4. `_compact_wy_kernel` and `_back_transform_kernel`: Q = H Z a panel of reflectors at a time in LAPACK's
+   compact WY form, tensor-core products on blocks of vectors.
 Nothing is kept between calls. Why the shifts, clusters and rounds are what they are:
 ports/eigh.py and results/h200/NOTES.md.
 """
