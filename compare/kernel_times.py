@@ -8,7 +8,8 @@ same for both frameworks. Each implementation runs a warm-up call, then `--runs`
 on one input set; the table gives each kernel's mean time per call. For a Triton implementation
 it then lists what the GPU's Triton compiled each of its module's kernels to: warps, registers a
 thread and bytes of local memory (spills), one line per specialisation (XLA compiles the Pallas
-kernels out of reach). A --variant runs with the implementations named in --impl.
+kernels out of reach). A --variant runs with the implementations named in --impl. An implementation
+that fails is reported on one line and the others still run (exit status 1).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from ports import get_workload, to_framework
+    from ports import get_workload
 
     try:
         workload, case = one_case(args.workload, args.case, args.variant)
@@ -83,17 +84,29 @@ def main(argv=None) -> int:
         return 2
     inputs = workload.make_inputs(case, case["seed"], "cuda")
     print(f"{args.workload} {workload.case_name(case)}: mean GPU time per call, {args.runs} calls")
-    for impl in impls:
-        function = impl.load()
-        times = kernel_times(function, to_framework(impl.framework, inputs), args.runs)
-        print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
-        for kernel, ms in times.items():
-            print(f"  {ms:9.3f} ms  {kernel[:100]}")
-        if impl.language == "triton":
-            for kernel, warps, registers, spilled in compiled_kernels(function):
-                print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")
-    return 0
+    reported = [report(impl, inputs, args.runs) for impl in impls]
+    return 0 if all(reported) else 1
 
+
+def report(impl, inputs, runs: int) -> bool:
+    """Print one implementation's kernel times (and a Triton one's compiled kernels); False, with the error on
+    one line, if it fails, so that the other implementations are still reported."""
+    from ports import to_framework
+
+    try:
+        function = impl.load()
+        times = kernel_times(function, to_framework(impl.framework, inputs), runs)
+    except Exception as error:  # noqa: BLE001 - reported; the next implementation runs
+        message = str(error).strip().splitlines()
+        print(f"{impl.name}: failed: {type(error).__name__}: {message[0] if message else ''}"[:300])
+        return False
+    print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
+    for kernel, ms in times.items():
+        print(f"  {ms:9.3f} ms  {kernel[:100]}")
+    if impl.language == "triton":
+        for kernel, warps, registers, spilled in compiled_kernels(function):
+            print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")
+    return True
 
 if __name__ == "__main__":
     sys.exit(main())

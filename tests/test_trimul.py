@@ -358,6 +358,19 @@ def test_kernel_times_reads_registers_and_spills_from_triton_caches(monkeypatch)
     assert compiled_kernels(add) == [("_kernel", 4, 96, 72)]
 
 
+def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
+    import types
+
+    from compare.kernel_times import report
+
+    def out_of_shared_memory(inputs):
+        raise RuntimeError("Shared memory size limit exceeded: requested 270336\nsecond line")
+
+    impl = types.SimpleNamespace(name="broken", framework="torch", language="triton", load=lambda: out_of_shared_memory)
+    assert report(impl, (torch.zeros(2),), runs=1) is False
+    assert capsys.readouterr().out == "broken: failed: RuntimeError: Shared memory size limit exceeded: requested 270336\n"
+
+
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
 def test_kernel_times_rejects_bad_variants_with_code_2(tmp_path, capsys, variant):
     from compare.kernel_times import main as kernel_times_main
