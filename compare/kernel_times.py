@@ -108,5 +108,6 @@ def report(impl, inputs, runs: int) -> bool:
             print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")
     return True
 
+
 if __name__ == "__main__":
     sys.exit(main())

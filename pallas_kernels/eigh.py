@@ -41,12 +41,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                        BACK_TRANSFORM_VECTORS, BISECTION_ITERATIONS, CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP,
-                        INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL, PANEL_CHUNK,
-                        PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
-                        TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW,
-                        check_offsets, column_panel_chunk, jacobi_size, jacobi_warps, one_launch,
-                        product_programs, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
+                        EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL,
+                        PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS,
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, check_offsets,
+                        column_panel_chunk, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
+                        tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
@@ -840,7 +840,7 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
 
     def reflector_block(c, first, from_column=0):  # V^T's chunk c for the panel from reflector `first`
         cols, rows = c * chunk + jnp.arange(chunk), first + jnp.arange(reflectors)
-        mask = (rows < n)[:, None] & (cols < n)[None, :] & (cols >= from_column)[None, :]
+        mask = (rows >= 0)[:, None] & (rows < n)[:, None] & (cols < n)[None, :] & (cols >= from_column)[None, :]
         return _load(w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)], mask)
 
     def project_last(c, projection):
@@ -865,6 +865,7 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
             @pl.when(panel != 0)
             def _():
                 pltriton.store(block, updated, mask=mask)
+            # the first panel's "next" rows are negative: masked, and the zero product is not used
             return following + dot(updated, reflector_block(c, first - reflectors).T)
 
         following = jax.lax.fori_loop(jnp.maximum(first + 1 - reflectors, 0) // chunk, pl.cdiv(n, chunk), update,
@@ -1093,7 +1094,8 @@ def _back_transform(w, tau, z, *, interpret):
         functools.partial(_compact_wy_kernel, n=n, reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK),
         out_shape=(_f32((batch, n, n)), _f32((batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS))),
         grid=(batch, panels), in_specs=[_per_matrix(n), matrix], out_specs=(matrix, factors),
-        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret,
+        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS),
+        interpret=interpret,
         name="eigh_compact_wy",
     )(tau, w)
     by_matrix = pl.BlockSpec((None, n, n), lambda block, b: (b, 0, 0))  # grid (block, b): see the kernel
@@ -1104,7 +1106,8 @@ def _back_transform(w, tau, z, *, interpret):
         in_specs=[by_matrix, pl.BlockSpec((None, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
                                           lambda block, b: (b, 0, 0, 0)), by_matrix],
         out_specs=(by_matrix, by_matrix), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_back_transform",
+        compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS), interpret=interpret,
+        name="eigh_back_transform",
     )(w, t, z)[1]
 
 

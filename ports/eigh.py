@@ -356,12 +356,16 @@ GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 6
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
 # CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
 # 60x1024 3-4 ms faster, results/h200/NOTES.md)
-BACK_TRANSFORM_VECTORS = 64  # the back-transformation's program: this many eigenvectors (one warp group's product
-BACK_TRANSFORM_REFLECTORS = 64  # rows), this many reflectors a panel (the compact WY form's width), and its K walked
-BACK_TRANSFORM_CHUNK = 32  # this many elements at a time (H200 A/B of 32 or 64 reflectors, 32 or 64 columns, 64 or
-# 128 vectors: this one the fastest or within 1.2 ms on every row tried, results/h200/NOTES.md)
+# The back-transformation (compact WY panels, tensor-core products): H200 A/B of 32 or 64 reflectors, 32- or
+# 64-column chunks, 64 or 128 vectors and 4 or 8 warps; this setting the fastest or within 1.2 ms on every row
+# tried (results/h200/NOTES.md).
+BACK_TRANSFORM_VECTORS = 64  # eigenvectors a program: the rows of one warp group's products
+BACK_TRANSFORM_REFLECTORS = 64  # reflectors a panel: the compact WY form's width
+BACK_TRANSFORM_CHUNK = 32  # columns of Z^T and V^T a product step takes (its K)
+BACK_TRANSFORM_WARPS = 4  # per program, in both of its kernels (8 warps: 83.3 ms against 78.7 at 640x512)
 BACK_TRANSFORM_PRECISION = "tf32x3"  # its products: three TF32 tensor-core passes, about float32's accuracy (the
-# test sets' worst figures unchanged; float32 "ieee" products ran on CUDA cores at 2.4 times the kernel time)
+# test sets' worst figures within 0.1 of the float32 kernel's; float32 "ieee" products run on CUDA cores: 2.4 times
+# the kernel time)
 SECOND_PASS_BELOW = 0.9  # a Gram-Schmidt panel's second pass runs only if a vector's norm fell below this in the first
 # (Kahan's test; dense spectra almost never need it: H200, 640x512 dense 143 ms against 157, 60x1024 dense 111 against
 # 123, orthogonality unchanged on every bench row, results/h200/NOTES.md)

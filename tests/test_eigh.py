@@ -218,13 +218,16 @@ def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 
+@pytest.mark.parametrize("reflectors, chunk", [(16, 16), (16, 32)])
 @pytest.mark.parametrize("port", PORTS)
-def test_back_transformation_in_many_panels(port, monkeypatch):
-    # With 16 reflectors a panel, 16-column chunks and 32 vectors a program, n = 70 takes 5 panels (the last one
-    # partial), 3 programs a matrix (the last partial) and chunks that straddle a panel's first reflector.
+def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch):
+    # With 16 reflectors a panel and 32 vectors a program, n = 70 takes 5 panels (the last one partial) and 3
+    # programs a matrix (the last partial); with 32-column chunks a panel's first chunk also holds columns before
+    # its first reflector, which the update must leave alone.
     kernels = importlib.import_module(f"{port}_kernels.eigh")
-    for name, value in (("BACK_TRANSFORM_REFLECTORS", 16), ("BACK_TRANSFORM_CHUNK", 16), ("BACK_TRANSFORM_VECTORS", 32)):
-        assert getattr(kernels, name) > value
+    settings = {"BACK_TRANSFORM_REFLECTORS": reflectors, "BACK_TRANSFORM_CHUNK": chunk, "BACK_TRANSFORM_VECTORS": 32}
+    assert kernels.BACK_TRANSFORM_REFLECTORS != reflectors and kernels.BACK_TRANSFORM_VECTORS != 32
+    for name, value in settings.items():
         monkeypatch.setattr(kernels, name, value)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 

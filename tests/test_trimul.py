@@ -366,9 +366,11 @@ def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     def out_of_shared_memory(inputs):
         raise RuntimeError("Shared memory size limit exceeded: requested 270336\nsecond line")
 
-    impl = types.SimpleNamespace(name="broken", framework="torch", language="triton", load=lambda: out_of_shared_memory)
+    impl = types.SimpleNamespace(name="broken", framework="torch", language="triton",
+                                 load=lambda: out_of_shared_memory)
     assert report(impl, (torch.zeros(2),), runs=1) is False
-    assert capsys.readouterr().out == "broken: failed: RuntimeError: Shared memory size limit exceeded: requested 270336\n"
+    expected = "broken: failed: RuntimeError: Shared memory size limit exceeded: requested 270336\n"
+    assert capsys.readouterr().out == expected
 
 
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
