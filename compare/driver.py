@@ -39,6 +39,7 @@ from ports import Implementation, Workload, first_difference, get_workload, to_f
 CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
 L2_FLUSH_BYTES = 256 * 2**20
 POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
+PROJECT_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep  # left out of the tracebacks a results file keeps
 
 
 BUDGET_RUNS = 3  # timed runs made whatever max_seconds says
@@ -116,6 +117,12 @@ class Synchroniser:
         self.wait()
 
 
+def _traceback_text() -> str:
+    """The exception being handled, as a traceback whose paths inside the project are relative to it (a results
+    file names no machine's directories)."""
+    return traceback.format_exc(limit=8).replace(PROJECT_ROOT, "")
+
+
 def _error_text(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:500]
@@ -175,7 +182,7 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
             result.update(status="fail", reason=f"{len(failures)} timed outputs wrong; first: {failures[0]}")
         return result, first
     except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
-        result.update(status="error", reason=_error_text(error), traceback=traceback.format_exc(limit=8))
+        result.update(status="error", reason=_error_text(error), traceback=_traceback_text())
         return result, None
 
 

@@ -207,6 +207,7 @@ def test_driver_isolates_failures_and_keeps_results(tmp_path):
                  ["smoke"], path, Settings(timed=False), progress=lambda message: None)
     status = {r["impl"]: r for r in record["results"]}
     assert status["raising"]["status"] == "error" and "planted failure" in status["raising"]["reason"]
+    assert 'File "tests/test_trimul.py"' in status["raising"]["traceback"]  # relative: no machine's directories
     assert status["nan"]["status"] == "fail" and "non-finite" in status["nan"]["reason"]
     assert status["wrong_shape"]["status"] == "fail" and "shape" in status["wrong_shape"]["reason"]
     assert status["torch_fp32"]["status"] == "pass"
