@@ -123,7 +123,8 @@ def _traceback_text() -> str:
     return traceback.format_exc(limit=8).replace(PROJECT_ROOT, "")
 
 
-def _error_text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
+    """An exception on one line: its type and its message's last line (where the libraries put the cause)."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:500]
 
@@ -182,7 +183,7 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
             result.update(status="fail", reason=f"{len(failures)} timed outputs wrong; first: {failures[0]}")
         return result, first
     except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
-        result.update(status="error", reason=_error_text(error), traceback=_traceback_text())
+        result.update(status="error", reason=error_text(error), traceback=_traceback_text())
         return result, None
 
 
@@ -205,7 +206,7 @@ def property_results(workload: Workload, impl: Implementation, device: str, size
         entries = workload.properties(lambda inputs: to_torch(function(inputs)),
                                       lambda *inputs: to_framework(impl.framework, inputs), device, sizes)
     except Exception as error:  # noqa: BLE001 - reported, and the run goes on
-        entries = [{"property": "all", "passed": False, "checked": "-", "error": _error_text(error),
+        entries = [{"property": "all", "passed": False, "checked": "-", "error": error_text(error),
                     "first_difference": None}]
     return [{"impl": impl.name, "language": impl.language, **entry} for entry in entries]
 
@@ -335,7 +336,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                 part = workload.comparable or (lambda output: output)
                 comparison = compare_outputs(part(a), part(b))
             except Exception as error:  # noqa: BLE001 - recorded; the run goes on
-                comparison = {"max_abs_diff": math.nan, "bitwise_equal": False, "error": _error_text(error)}
+                comparison = {"max_abs_diff": math.nan, "bitwise_equal": False, "error": error_text(error)}
             recorder.record["cross"].append({"case_set": case_set, "case": name, "pair": [a_name, b_name],
                                              **comparison})
             recorder.save()

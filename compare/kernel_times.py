@@ -91,14 +91,14 @@ def main(argv=None) -> int:
 def report(impl, inputs, runs: int) -> bool:
     """Print one implementation's kernel times (and a Triton one's compiled kernels); False, with the error on
     one line, if it fails, so that the other implementations are still reported."""
+    from compare.driver import error_text  # here: the driver imports this module
     from ports import to_framework
 
     try:
         function = impl.load()
         times = kernel_times(function, to_framework(impl.framework, inputs), runs)
     except Exception as error:  # noqa: BLE001 - reported; the next implementation runs
-        message = str(error).strip().splitlines()
-        print(f"{impl.name}: failed: {type(error).__name__}: {message[0] if message else ''}"[:300])
+        print(f"{impl.name}: failed: {error_text(error)}")
         return False
     print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
     for kernel, ms in times.items():

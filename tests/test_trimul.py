@@ -365,7 +365,7 @@ def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     from compare.kernel_times import report
 
     def out_of_shared_memory(inputs):
-        raise RuntimeError("Shared memory size limit exceeded: requested 270336\nsecond line")
+        raise RuntimeError("while launching eigh_back_transform:\nShared memory size limit exceeded: requested 270336")
 
     impl = types.SimpleNamespace(name="broken", framework="torch", language="triton",
                                  load=lambda: out_of_shared_memory)
