@@ -43,10 +43,11 @@ from jax.experimental.pallas import triton as pltriton
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
                         EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL,
-                        PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, TILE, TRIDIAGONAL_COLS,
+                        PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS,
+                        SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, check_offsets,
-                        column_panel_chunk, jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt,
-                        tridiagonal_tile, validate, vector_panel_warps)
+                        column_panel_chunk, jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
+                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
@@ -241,16 +242,80 @@ def _lower_block_triangle(rows, cols):
     return jax.lax.div(cols, four)[None, :] <= jax.lax.div(rows, four)[:, None]
 
 
-def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, *, n, block_n,
-                                   partials, rows_per_tile, cols_per_tile, nb, chunk, interpret):
+def _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, *, n, block_n, nb, rows, cols,
+                       interpret):
+    """As the Triton port's `_symmetric_product`: p = factor A v_i (panel's row i, zero up to j) on the rows
+    below j from the lower triangle, in blocks of `cols` columns from the one holding j + 1, each swept `rows`
+    rows at a time from its diagonal down; a tile's rows' sums go to products_ref[block], its mirrored part to
+    a rows x cols accumulator of the block's column sums, stored in panel's row 2 nb."""
+    local = jnp.arange(rows)
+    first_block = jax.lax.div(j + 1, jnp.int32(cols))
+
+    @pl.loop(0, pl.cdiv(n, cols) - first_block)
+    def _(b):
+        c0 = (first_block + b) * cols
+        block_cols = c0 + jnp.arange(cols)
+        v_cols = _load(panel_ref.at[i, pl.ds(c0, cols)], block_cols < n)
+        top = jnp.maximum(j + 1, c0)
+
+        def row_tile(t, column_sums):
+            r0 = top + t * rows
+            tile_rows = r0 + local
+            inside = tile_rows < n
+            lower, mirrored = _lower_blocks(tile_rows, block_cols, j, n)
+            tile = _load(w_ref.at[pl.ds(r0, rows), pl.ds(c0, cols)], inside[:, None] & lower) * factor
+            pltriton.store(products_ref.at[first_block + b, pl.ds(r0, rows)], jnp.sum(tile * v_cols[None, :], axis=1),
+                           mask=inside)
+            v_rows = _load(panel_ref.at[i, pl.ds(r0, rows)], inside)
+            return column_sums + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
+
+        column_sums = jax.lax.fori_loop(0, pl.cdiv(n - top, rows), row_tile, jnp.zeros((rows, cols), jnp.float32))
+        pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(c0, cols)], jnp.sum(column_sums, axis=0),
+                       mask=block_cols < n)
+
+    _barrier(interpret)
+    all_cols = jnp.arange(block_n)
+    blocks = jnp.arange(block_n // cols)[:, None]
+    written = (blocks >= first_block) & (blocks <= jax.lax.div(all_cols, jnp.int32(cols))[None, :]) & below[None, :]
+    parts = _load(products_ref.at[pl.ds(0, block_n // cols), pl.ds(0, block_n)], written)
+    return jnp.sum(parts, axis=0) + _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+
+
+def _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, *, n, block_n, nb, rows, interpret):
+    """p = factor A v (v zero up to j) on the rows below j from the lower triangle, `rows` whole padded rows at a
+    time: each row tile stores its rows' sums in panel's row 2 nb and adds its mirrored part to every column's sum.
+    Where many matrices share the SMs (2 warps), XLA's Triton ran this faster than `_symmetric_product`'s column
+    blocks, which the Triton port uses throughout (results/h200/NOTES.md)."""
+    cols = jnp.arange(block_n)
+    local = jnp.arange(rows)
+
+    def row_tile(t, above_diagonal):
+        r0 = j + 1 + t * rows
+        tile_rows = r0 + local
+        inside = tile_rows < n
+        lower, mirrored = _lower_blocks(tile_rows, cols, j, n)
+        tile = _load(w_ref.at[pl.ds(r0, rows), pl.ds(0, block_n)], inside[:, None] & lower) * factor
+        pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows)], jnp.sum(tile * v[None, :], axis=1),
+                       mask=inside)
+        v_rows = _load(panel_ref.at[i, pl.ds(r0, rows)], inside)
+        return above_diagonal + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
+
+    above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows), row_tile, jnp.zeros((block_n,), jnp.float32))
+    _barrier(interpret)
+    return _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + above_diagonal
+
+
+def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, products_ref, *,
+                                   n, block_n, partials, rows_per_tile, cols_per_tile, product_rows, product_cols, nb,
+                                   chunk, interpret):
     """As the Triton port's `_tridiagonalize_blocked_kernel`: program b reduces its matrix in panels
     of nb columns (LAPACK's dlatrd): column j is brought up to date with the panel's earlier
     reflectors, gives v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j) less half tau_j
     (w_j . v_j) v_j, A as at the panel's start (one read of the trailing matrix's lower triangle a
-    column, each row tile adding to every column's sum by symmetry); the
-    panel's end applies A -= V W^T + W V^T below it (one read and write a panel). panel's rows
-    0 .. nb - 1 hold V, nb .. 2 nb - 1 W, and row 2 nb p = A v_j. w (the input, aliased) is read and
-    written through the output ref."""
+    column: `_symmetric_product`, its parts in products_ref, or where product_cols is None `_row_sweep_product`);
+    the panel's end applies A -= V W^T + W V^T below it (one read and write a panel). panel's rows 0 .. nb - 1
+    hold V, nb .. 2 nb - 1 W, and row 2 nb the product's column sums (the row sweep's row sums). w (the input,
+    aliased) is read and written through the output ref."""
     cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
     in_cols = cols < n
@@ -270,23 +335,13 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
             v, tau = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, n=n,
                                       block_n=block_n)
             below = in_cols & (cols > j)
-            _barrier(interpret)  # v, just stored as V's row i, is read back a row tile at a time
-
-            def row_tile(t, above_diagonal):  # p = A v for the rows below j, from the lower triangle
-                r0 = j + 1 + t * rows_per_tile
-                rows = r0 + local
-                inside = rows < n
-                lower, mirrored = _lower_blocks(rows, cols, j, n)
-                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & lower) * factor
-                pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
-                               jnp.sum(tile * v[None, :], axis=1), mask=inside)
-                v_rows = _load(panel_ref.at[i, pl.ds(r0, rows_per_tile)], inside)
-                return above_diagonal + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
-
-            above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows_per_tile), row_tile,
-                                               jnp.zeros((block_n,), jnp.float32))
-            _barrier(interpret)
-            p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + above_diagonal
+            _barrier(interpret)  # v, just stored as V's row i, is read back in blocks
+            if product_cols is None:
+                p = _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, rows=rows_per_tile,
+                                       interpret=interpret, **sizes)
+            else:
+                p = _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, rows=product_rows,
+                                       cols=product_cols, interpret=interpret, **sizes)
             panel_ref[nb + i, :], correction = _panel_w(panel_ref, p, v, tau, below, j, i, chunk=chunk, **sizes)
             pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
             _barrier(interpret)
@@ -902,11 +957,18 @@ def _reduce(a, single=None, *, interpret):
     )(a)
     if not (one_launch(batch, n) if single is None else single):
         return _reduce_in_panels(w, partial, product_programs(block_n, n - 1), interpret=interpret)  # column 0's
-    shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n))  # w, d, e, tau, scale, panel
+    # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
+    # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 90.7 ms at best against
+    # 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
+    product_cols = None if shares_the_sms(batch) else min(block_n, SYMMETRIC_PRODUCT_COLS)
+    # w, d, e, tau, scale, panel, products (the column blocks' row sums)
+    shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n),
+              (block_n // (product_cols or block_n), block_n))
     tile_rows, warps = tridiagonal_tile(batch)
     return pl.pallas_call(
         functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
                           rows_per_tile=tile_rows, cols_per_tile=min(block_n, TRIDIAGONAL_COLS),
+                          product_rows=SYMMETRIC_PRODUCT_WARP_ROWS * warps, product_cols=product_cols,
                           nb=TRIDIAGONAL_PANEL, chunk=PANEL_CHUNK, interpret=interpret),
         out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
         in_specs=[_per_matrix(blocks), _per_matrix(n, n)], out_specs=tuple(_per_matrix(*shape) for shape in shapes),

@@ -338,6 +338,9 @@ MANY_TRIDIAGONAL_WARPS = 2  # rows at a time with MANY_TRIDIAGONAL_WARPS warps (
 PANEL_CHUNK = 4  # members of a panel's V and W that the one-launch kernel's W row reads at a time, and columns of
 TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather than whole 16 x padded-n tiles of V and
 # W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
+SYMMETRIC_PRODUCT_WARP_ROWS = 16  # the one-launch kernel's product p = A v walks the lower triangle in tiles of
+SYMMETRIC_PRODUCT_COLS = 64  # SYMMETRIC_PRODUCT_COLS columns and SYMMETRIC_PRODUCT_WARP_ROWS rows a warp, no wider
+# than the triangle it reads
 PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
 PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
 PRODUCT_PROGRAMS = 32  # but at most this many programs a matrix: each leaves a share of the column sums (the product
@@ -404,9 +407,14 @@ def tridiagonal_tile(batch: int) -> tuple[int, int]:
     and 16-row tiles on 4 warps shorten its chain of row tiles; from ONE_LAUNCH_BATCH matrices on, programs share
     the SMs and 8-row tiles on 2 warps fit more of them (H200 whole calls, 640x512 dense: Triton 105.5 ms against
     117.3, Pallas 102.8 against 107.8; 40x352 with 8-row tiles: 12.6 against 10.8 and 11.7 against 9.9)."""
-    if batch >= ONE_LAUNCH_BATCH:
+    if shares_the_sms(batch):
         return MANY_TRIDIAGONAL_ROWS, MANY_TRIDIAGONAL_WARPS
     return TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS
+
+
+def shares_the_sms(batch: int) -> bool:
+    """Whether the one-launch tridiagonalisation's programs share the SMs: from ONE_LAUNCH_BATCH matrices on."""
+    return batch >= ONE_LAUNCH_BATCH
 
 
 def product_programs(block_n: int, below: int) -> int:

@@ -196,6 +196,18 @@ def test_one_launch_tile_for_many_matrices(port, monkeypatch):
 
 
 @pytest.mark.parametrize("port", PORTS)
+def test_one_launch_product_in_small_tiles(port, monkeypatch):
+    # The one-launch kernel's product p = A v walks the lower triangle in column blocks, each from its diagonal
+    # down: with 8 x 16 tiles (2 rows a warp on 4 warps), n = 70 takes 5 blocks (the last partial) of up to 9 row
+    # tiles, and most columns start inside a block.
+    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
+        assert getattr(kernels, name) != value
+        monkeypatch.setattr(kernels, name, value)
+    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+
+
+@pytest.mark.parametrize("port", PORTS)
 def test_product_column_sums_from_few_programs_of_many_tiles(port, monkeypatch):
     # Over launches, each product program reads several row tiles of the lower triangle and leaves one share of
     # the column sums: with 2-row tiles and at most 3 programs, the column kernel adds 3 shares, 2 at a time.

@@ -52,7 +52,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
                         CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_PROGRAMS, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, PANEL, PANEL_CHUNK,
-                        PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW, TILE,
+                        PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
+                        SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
                         jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt, tridiagonal_tile,
                         validate, vector_panel_warps)
@@ -236,9 +237,46 @@ def _lower_tile(w, rows, cols, j, n):
 
 
 @triton.jit
-def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, n, partials,
-                                   BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
-                                   NB: tl.constexpr, CHUNK: tl.constexpr, COLS: tl.constexpr):
+def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                       COLS: tl.constexpr):
+    """p = factor A v (v zero up to j) on the rows below j, from the trailing matrix's lower triangle
+    (`_lower_blocks`), in blocks of COLS columns from the one holding j + 1, each swept ROWS rows at a time from
+    its diagonal down, so that no tile is wider than the lower triangle it reads (a tile as wide as the padded
+    row carried three times the triangle's elements through its masks). A tile's rows' sums are that block's part
+    of those rows' entries, stored in products[block] (a [BLOCK_N / COLS, BLOCK_N] buffer, every part written
+    once); its mirrored part adds to its columns' sums (the upper triangle's share), held as a ROWS x COLS
+    accumulator and stored in p_buffer at the block's end. The parts are added up after a barrier."""
+    local = tl.arange(0, ROWS)
+    first_block = (j + 1) // COLS
+    for b in range(0, tl.cdiv(n, COLS) - first_block):  # zero-based: see _gram_schmidt_pass
+        cols = (first_block + b) * COLS + tl.arange(0, COLS)
+        v_cols = tl.load(v_ptr + cols, mask=cols < n, other=0.0, cache_modifier=".cg")
+        column_sums = tl.zeros((ROWS, COLS), tl.float32)
+        top = tl.maximum(j + 1, (first_block + b) * COLS)
+        for t in range(0, tl.cdiv(n - top, ROWS)):
+            rows = top + t * ROWS + local
+            inside = rows < n
+            lower, mirrored = _lower_blocks(rows, cols, j, n)
+            tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
+                           cache_modifier=".cg") * factor
+            tl.store(products + (first_block + b) * BLOCK_N + rows, tl.sum(tile * v_cols[None, :], axis=1),
+                     mask=inside)
+            v_rows = tl.load(v_ptr + rows, mask=inside, other=0.0, cache_modifier=".cg")
+            column_sums += tl.where(mirrored, tile, 0.0) * v_rows[:, None]
+        tl.store(p_buffer + cols, tl.sum(column_sums, axis=0), mask=cols < n)
+    tl.debug_barrier()
+    cols = tl.arange(0, BLOCK_N)
+    blocks = tl.arange(0, BLOCK_N // COLS)[:, None]
+    written = (blocks >= first_block) & (blocks <= cols[None, :] // COLS) & below[None, :]
+    parts = tl.load(products + blocks * BLOCK_N + cols[None, :], mask=written, other=0.0, cache_modifier=".cg")
+    return tl.sum(parts, axis=0) + tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, products_ptr, n,
+                                   partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
+                                   NB: tl.constexpr, CHUNK: tl.constexpr, COLS: tl.constexpr,
+                                   PRODUCT_ROWS: tl.constexpr, PRODUCT_COLS: tl.constexpr):
     """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), blocked as
     LAPACK's dsytrd/dlatrd, the trailing matrix in w (global memory): program b takes the columns
     in panels of NB. Reflector v_j has v_j[j + 1] = 1; it is stored in row j of w (no later column
@@ -246,11 +284,11 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     first brought up to date with the panel's earlier reflectors (row j -= sum_q v_q[j] w_q +
     w_q[j] v_q), then gives its reflector v_j, and w_j = tau_j (A v_j - V W^T v_j - W V^T v_j)
     minus half tau_j (w_j . v_j) v_j, with A as it was at the panel's start: each column reads
-    the trailing matrix's lower triangle once (p = A v_j, ROWS rows at a time: each row tile gives
-    its rows' sums and adds to every column's sum by symmetry) and writes nothing; the panel's end
+    the trailing matrix's lower triangle once (p = A v_j, `_symmetric_product` on PRODUCT_ROWS x PRODUCT_COLS
+    tiles, its parts in products [batch, BLOCK_N / PRODUCT_COLS, BLOCK_N]) and writes nothing; the panel's end
     applies A -= V W^T + W V^T to the trailing matrix's lower triangle (`_lower_block_triangle`),
-    COLS columns at a time, one read and one write a panel instead of a column. panel [batch,
-    2 NB + 1, BLOCK_N] holds the panel's V and W rows and p.
+    ROWS x COLS tiles, one read and one write a panel instead of a column. panel [batch,
+    2 NB + 1, BLOCK_N] holds the panel's V and W rows and the product's column sums.
     The first panel scales by 1 / max|A| (from partial[b, :partials]) as it reads: no overflow or
     underflow at the extreme magnitudes."""
     matrix = tl.program_id(0).to(tl.int64)
@@ -260,6 +298,7 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
     in_cols = cols < n
     w = w_ptr + matrix * n * n
     vs, ws, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
+    products = products_ptr + matrix * (BLOCK_N // PRODUCT_COLS) * BLOCK_N
     scale = _scale(partial_ptr, matrix, partials, PARTIALS)
     tl.store(scale_ptr + matrix, scale)
     for panel in range(0, tl.cdiv(n, NB)):
@@ -272,25 +311,9 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             v, tau = _panel_reflector(w, d_ptr + matrix * n, e_ptr + matrix * n, tau_ptr + matrix * n, vs, j, i,
                                       factor, correction, n, cols, BLOCK_N)
             below = in_cols & (cols > j)
-            tl.debug_barrier()  # v, just stored as V's row i, is read back a row tile at a time
-            above_diagonal = tl.zeros((BLOCK_N,), tl.float32)
-            rows = j + 1 + local
-            # each row tile is loaded a step ahead of its use (H200: 640x512 117 ms against 120; the Pallas port
-            # lost with it, 113 against 107, and loads in step)
-            tile = _lower_tile(w, rows, cols, j, n)
-            # zero-based: see _gram_schmidt_pass
-            for t in range(0, tl.cdiv(n - j - 1, ROWS)):  # p = A v for the rows below j, from the lower triangle
-                next_tile = _lower_tile(w, rows + ROWS, cols, j, n)
-                inside = rows < n
-                tile *= factor
-                tl.store(p_buffer + rows, tl.sum(tile * v[None, :], axis=1), mask=inside)
-                v_rows = tl.load(vs + i * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-                above_diagonal += tl.sum(tl.where(_lower_blocks(rows, cols, j, n)[1], tile, 0.0) * v_rows[:, None],
-                                         axis=0)
-                rows += ROWS
-                tile = next_tile
-            tl.debug_barrier()
-            p = tl.load(p_buffer + cols, mask=below, other=0.0, cache_modifier=".cg") + above_diagonal
+            tl.debug_barrier()  # v, just stored as V's row i, is read back in blocks
+            p = _symmetric_product(w, vs + i * BLOCK_N, p_buffer, products, j, n, factor, below, BLOCK_N,
+                                   PRODUCT_ROWS, PRODUCT_COLS)
             w_row, correction = _panel_w(p, v, tau, below, vs, ws, j, i, cols, BLOCK_N, CHUNK)
             tl.store(ws + i * BLOCK_N + cols, w_row)
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
@@ -939,10 +962,14 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     _symmetrize_kernel[(batch, blocks)](a, w, partial, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
     if one_launch(batch, n) if single is None else single:
         tile_rows, warps = tridiagonal_tile(batch)
-        _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, n, blocks, BLOCK_N=block_n,
-                                                 ROWS=tile_rows, PARTIALS=triton.next_power_of_2(blocks),
-                                                 NB=TRIDIAGONAL_PANEL, CHUNK=PANEL_CHUNK,
-                                                 COLS=min(block_n, TRIDIAGONAL_COLS), num_warps=warps,
+        product_cols = min(block_n, SYMMETRIC_PRODUCT_COLS)
+        products = _empty(batch, block_n // product_cols, block_n, device=a.device)
+        _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, products, n, blocks,
+                                                 BLOCK_N=block_n, ROWS=tile_rows,
+                                                 PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
+                                                 CHUNK=PANEL_CHUNK, COLS=min(block_n, TRIDIAGONAL_COLS),
+                                                 PRODUCT_ROWS=SYMMETRIC_PRODUCT_WARP_ROWS * warps,
+                                                 PRODUCT_COLS=product_cols, num_warps=warps,
                                                  maxnreg=_tridiagonal_register_cap(batch, warps, block_n, a.device))
         return w, d, e, tau, scale
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
