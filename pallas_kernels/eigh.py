@@ -958,10 +958,10 @@ def _reduce(a, single=None, *, interpret):
     if not (one_launch(batch, n) if single is None else single):
         return _reduce_in_panels(w, partial, product_programs(block_n, n - 1), interpret=interpret)  # column 0's
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
-    # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 90.7 ms at best against
-    # 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
+    # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 85.7 ms at best, 32 x 128
+    # tiles, against 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
     product_cols = None if shares_the_sms(batch) else min(block_n, SYMMETRIC_PRODUCT_COLS)
-    # w, d, e, tau, scale, panel, products (the column blocks' row sums)
+    # w, d, e, tau, scale, panel, products (the column blocks' row sums; one unused row for the row sweep)
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n),
               (block_n // (product_cols or block_n), block_n))
     tile_rows, warps = tridiagonal_tile(batch)

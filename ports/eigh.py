@@ -340,7 +340,8 @@ TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather 
 # W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
 SYMMETRIC_PRODUCT_WARP_ROWS = 16  # the one-launch kernel's product p = A v walks the lower triangle in tiles of
 SYMMETRIC_PRODUCT_COLS = 64  # SYMMETRIC_PRODUCT_COLS columns and SYMMETRIC_PRODUCT_WARP_ROWS rows a warp, no wider
-# than the triangle it reads
+# than the triangle it reads. The columns a power of two (blocks tile the padded n) and a multiple of 4: a block's
+# sweep starts at its first row, so no 4-column diagonal block of `_lower_blocks` may straddle two blocks
 PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
 PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
 PRODUCT_PROGRAMS = 32  # but at most this many programs a matrix: each leaves a share of the column sums (the product

@@ -244,7 +244,7 @@ def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_
     its diagonal down, so that no tile is wider than the lower triangle it reads (a tile as wide as the padded
     row carried three times the triangle's elements through its masks). A tile's rows' sums are that block's part
     of those rows' entries, stored in products[block] (a [BLOCK_N / COLS, BLOCK_N] buffer, every part written
-    once); its mirrored part adds to its columns' sums (the upper triangle's share), held as a ROWS x COLS
+    once a column); its mirrored part adds to its columns' sums (the upper triangle's share), held as a ROWS x COLS
     accumulator and stored in p_buffer at the block's end. The parts are added up after a barrier."""
     local = tl.arange(0, ROWS)
     first_block = (j + 1) // COLS
