@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from compare.kernel_times import profiled_calls
+from compare.kernel_times import profiled_calls, wait_for
 from ports import Implementation, Workload, first_difference, get_workload, to_framework, to_torch
 
 # Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
@@ -103,13 +103,7 @@ class Synchroniser:
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if on_gpu else None
 
     def wait(self, output=None):
-        import torch
-
-        for value in output if isinstance(output, (tuple, list)) else (output,):
-            if hasattr(value, "block_until_ready"):
-                value.block_until_ready()
-        if self.on_gpu:
-            torch.cuda.synchronize()
+        wait_for(output, self.on_gpu)
 
     def flush(self):
         if self.on_gpu:

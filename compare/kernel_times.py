@@ -18,17 +18,26 @@ import sys
 from collections import defaultdict
 
 
+def wait_for(output, on_gpu: bool = True) -> None:
+    """Return once a call's work is done: each JAX array of its output (a JAX call returns before its kernels
+    have run, and they run on JAX's own stream), then, on a GPU, all device work."""
+    import torch
+
+    for value in output if isinstance(output, (tuple, list)) else (output,):
+        if hasattr(value, "block_until_ready"):
+            value.block_until_ready()
+    if on_gpu:
+        torch.cuda.synchronize()
+
+
 def profiled_calls(function, native_inputs, runs: int = 1):
     """Call `function` `runs` times under torch.profiler; returns (last output, {kernel: total ms})."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(runs):
             out = function(native_inputs)
-            if hasattr(out, "block_until_ready"):
-                out.block_until_ready()
-            torch.cuda.synchronize()
+            wait_for(out)
     totals = defaultdict(float)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
@@ -37,8 +46,9 @@ def profiled_calls(function, native_inputs, runs: int = 1):
 
 
 def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
-    """Mean device time per call (ms) of each kernel the function launches, after a warm-up call."""
-    function(native_inputs)
+    """Mean device time per call (ms) of each kernel the function launches, after a warm-up call (waited for:
+    otherwise a JAX call's kernels would still run, and be counted, while the profiled calls start)."""
+    wait_for(function(native_inputs))
     _, totals = profiled_calls(function, native_inputs, runs)
     return dict(sorted(((name, ms / runs) for name, ms in totals.items()), key=lambda item: -item[1]))
 

@@ -374,6 +374,47 @@ def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     assert capsys.readouterr().out == expected
 
 
+def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkeypatch):
+    # A JAX call returns before its kernels have run: unless the warm-up is waited for, its kernels run (and are
+    # counted) while the profiled calls start; and each array of a tuple output is waited for, not only a lone one.
+    from compare.kernel_times import kernel_times
+
+    waited = []
+
+    class Pending:
+        def __init__(self, name):
+            self.name = name
+
+        def block_until_ready(self):
+            waited.append(self.name)
+            return self
+
+    calls = []
+
+    def jax_like(inputs):
+        calls.append(inputs)
+        return Pending(f"Q{len(calls)}"), Pending(f"L{len(calls)}")
+
+    class NoProfiler:  # torch.profiler refuses to trace CUDA where there is none: here nothing is recorded
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exception):
+            return False
+
+        def events(self):
+            return []
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.profiler, "profile", NoProfiler)
+    assert kernel_times(jax_like, "inputs", runs=2) == {}
+    assert calls == ["inputs"] * 3
+    assert waited == ["Q1", "L1", "Q2", "L2", "Q3", "L3"]
+
+
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
 def test_kernel_times_rejects_bad_variants_with_code_2(tmp_path, capsys, variant):
     from compare.kernel_times import main as kernel_times_main
