@@ -898,9 +898,10 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
         mask = (rows >= 0)[:, None] & (rows < n)[:, None] & (cols < n)[None, :] & (cols >= from_column)[None, :]
         return _load(w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)], mask)
 
+    last = jnp.int32((panels - 1) * reflectors)  # traced: a static start past n would be refused
+
     def project_last(c, projection):
         block, mask, _ = z_block(c)
-        last = jnp.int32((panels - 1) * reflectors)  # traced: a static start past n would be refused
         return projection + dot(_load(block, mask), reflector_block(c, last).T)
 
     def apply_panel(p, projection):

@@ -821,8 +821,9 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
 
 
 @triton.jit
-def _reflector_rows(w, first, start, ks, members, n):
-    """Pointers and mask of a panel's [REFLECTORS, CHUNK] block of w: rows first + members, columns start + ks."""
+def _row_block(w, first, start, ks, members, n):
+    """Pointers and mask of a block of an n x n matrix w: rows first + members, columns start + ks (a panel's
+    reflectors in w, or a program's vectors in Z^T)."""
     rows, cols = first + members, start + ks
     return w + rows[:, None] * n + cols[None, :], (rows < n)[:, None] & (cols < n)[None, :]
 
@@ -843,7 +844,7 @@ def _compact_wy_kernel(w_ptr, tau_ptr, t_ptr, n, REFLECTORS: tl.constexpr, CHUNK
     # this loop and the back-transformation's start past zero (unlike _gram_schmidt_pass's): every H200 test
     # and bench output passed with them
     for start in range((first + 1) // CHUNK * CHUNK, n, CHUNK):
-        pointers, inside = _reflector_rows(w, first, start, ks, members, n)
+        pointers, inside = _row_block(w, first, start, ks, members, n)
         chunk = tl.where((start + ks)[None, :] > (first + members)[:, None], tl.load(pointers, mask=inside, other=0.0),
                          0.0)
         tl.store(pointers, chunk, mask=inside)
@@ -871,19 +872,18 @@ def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, VECTORS: tl.constexpr,
     vector] instead. The grid's first axis is the block, so a matrix's programs run side by side and share its
     reflectors in L2."""
     matrix = tl.program_id(1).to(tl.int64)
-    vectors = tl.program_id(0) * VECTORS + tl.arange(0, VECTORS)
+    first_vector, local_vectors = tl.program_id(0) * VECTORS, tl.arange(0, VECTORS)
+    vectors = first_vector + local_vectors
     members = tl.arange(0, REFLECTORS)
     ks = tl.arange(0, CHUNK)
     w, z, q = w_ptr + matrix * n * n, z_ptr + matrix * n * n, q_ptr + matrix * n * n
     panels = tl.cdiv(n, REFLECTORS)
     projection = tl.zeros((VECTORS, REFLECTORS), tl.float32)  # Z^T V of the panel to apply
     for start in range(((panels - 1) * REFLECTORS + 1) // CHUNK * CHUNK, n, CHUNK):
-        cols = start + ks
-        block = tl.load(z + vectors[:, None] * n + cols[None, :], mask=(vectors < n)[:, None] & (cols < n)[None, :],
-                        other=0.0)
-        pointers, inside = _reflector_rows(w, (panels - 1) * REFLECTORS, start, ks, members, n)
-        projection = tl.dot(block, tl.trans(tl.load(pointers, mask=inside, other=0.0)), projection,
-                            input_precision=PRECISION)
+        block_pointers, mask = _row_block(z, first_vector, start, ks, local_vectors, n)
+        pointers, inside = _row_block(w, (panels - 1) * REFLECTORS, start, ks, members, n)
+        projection = tl.dot(tl.load(block_pointers, mask=mask, other=0.0),
+                            tl.trans(tl.load(pointers, mask=inside, other=0.0)), projection, input_precision=PRECISION)
     for p in range(panels):
         panel = panels - 1 - p
         first = panel * REFLECTORS
@@ -894,16 +894,16 @@ def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, VECTORS: tl.constexpr,
         following = tl.zeros((VECTORS, REFLECTORS), tl.float32)  # the next panel's Z^T V
         for start in range(tl.maximum(first + 1 - REFLECTORS, 0) // CHUNK * CHUNK, n, CHUNK):
             cols = start + ks
-            mask = (vectors < n)[:, None] & (cols < n)[None, :]
-            block = tl.load(z + vectors[:, None] * n + cols[None, :], mask=mask, other=0.0)
-            pointers, inside = _reflector_rows(w, first, start, ks, members, n)
+            block_pointers, mask = _row_block(z, first_vector, start, ks, local_vectors, n)
+            block = tl.load(block_pointers, mask=mask, other=0.0)
+            pointers, inside = _row_block(w, first, start, ks, members, n)
             block -= tl.dot(projection, tl.load(pointers, mask=inside & (cols >= begin)[None, :], other=0.0),
                             input_precision=PRECISION)
             if panel == 0:
                 tl.store(q + cols[None, :] * n + vectors[:, None], block, mask=mask)
             else:
-                tl.store(z + vectors[:, None] * n + cols[None, :], block, mask=mask)
-                pointers, inside = _reflector_rows(w, first - REFLECTORS, start, ks, members, n)
+                tl.store(block_pointers, block, mask=mask)
+                pointers, inside = _row_block(w, first - REFLECTORS, start, ks, members, n)
                 following = tl.dot(block, tl.trans(tl.load(pointers, mask=inside, other=0.0)), following,
                                    input_precision=PRECISION)
         projection = following
