@@ -32,6 +32,7 @@ def wait_for(output, on_gpu: bool = True) -> None:
 
 def profiled_calls(function, native_inputs, runs: int = 1):
     """Call `function` `runs` times under torch.profiler; returns (last output, {kernel: total ms})."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -395,7 +396,7 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
         calls.append(inputs)
         return Pending(f"Q{len(calls)}"), Pending(f"L{len(calls)}")
 
-    class NoProfiler:  # torch.profiler refuses to trace CUDA where there is none: here nothing is recorded
+    class FakeProfiler:  # torch.profiler refuses to trace CUDA where there is none: here two recorded events
         def __init__(self, activities):
             pass
 
@@ -405,12 +406,13 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
         def __exit__(self, *exception):
             return False
 
-        def events(self):
-            return []
+        def events(self):  # device_time in microseconds; only CUDA events count
+            return [SimpleNamespace(name="kernel", device_type=torch.autograd.DeviceType.CUDA, device_time=3000.0),
+                    SimpleNamespace(name="host", device_type=torch.autograd.DeviceType.CPU, device_time=5000.0)]
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    monkeypatch.setattr(torch.profiler, "profile", NoProfiler)
-    assert kernel_times(jax_like, "inputs", runs=2) == {}
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfiler)
+    assert kernel_times(jax_like, "inputs", runs=2) == {"kernel": 1.5}
     assert calls == ["inputs"] * 3
     assert waited == ["Q1", "L1", "Q2", "L2", "Q3", "L3"]
 
