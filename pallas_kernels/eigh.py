@@ -42,7 +42,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, PANEL,
+                        EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES,
+                        OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL,
                         PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS,
                         SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, check_offsets,
@@ -396,7 +397,7 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
 
     def finish_w():  # W's row for column j - 1, and row j's correction
         below = in_cols & (cols > j - 1)
-        shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, rows_per_tile))
+        shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, OVER_LAUNCHES_PRODUCT_ROWS))  # active product programs
         share_rows = jnp.arange(rows_per_tile)
 
         def add_shares(s, column_sums):
@@ -421,37 +422,50 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
         pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
-def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n, rows_per_tile, nb):
+def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n, rows_per_tile,
+                          cols_per_tile, nb, interpret):
     """As the Triton port's `_panel_product_kernel`: p = A v_j below row j from the lower triangle,
-    rows' sums into the panel's row 2 nb and program s's column sums into sums[s], programs (b, s)
-    on row tiles s, s + P, ... (the grid is column 0's: later columns leave programs idle, and the
-    column kernel reads only the active programs' sums)."""
+    programs (b, s) on row tiles s, s + P, ..., each walked in cols_per_tile-column blocks up to its diagonal:
+    rows' sums into the panel's row 2 nb, each block's column sums added to program s's share sums[s] (zeroed
+    first). The grid is column 0's: later columns leave programs idle, and the column kernel reads only the
+    active programs' shares."""
     j = j_ref[0]
     program, programs = pl.program_id(1), pl.num_programs(1)
-    cols = jnp.arange(block_n)
     local = jnp.arange(rows_per_tile)
-    below = (cols < n) & (cols > j)
     factor = jnp.where(j < nb, 1.0 / scale_ref[...], 1.0)
     member = jax.lax.rem(j, jnp.int32(nb))
-    v = _load(panel_ref.at[member, pl.ds(0, block_n)], below)
     tiles = pl.cdiv(n - j - 1, rows_per_tile)
+    first_block = jax.lax.div(j + 1, jnp.int32(cols_per_tile))
 
     @pl.when(program < tiles)
     def _():
-        def row_tile(t, above_diagonal):  # zero-based: see _orthonormalize_kernel
+        sums_ref[program, :] = jnp.zeros((block_n,), jnp.float32)
+        _barrier(interpret)
+
+        @pl.loop(0, pl.cdiv(tiles - program, programs))
+        def _(t):
             r0 = j + 1 + (program + t * programs) * rows_per_tile
             rows = r0 + local
             inside = rows < n
-            lower, mirrored = _lower_blocks(rows, cols, j, n)
-            tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], inside[:, None] & lower)
-            pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)],
-                           factor * jnp.sum(tile * v[None, :], axis=1), mask=inside)
             v_rows = _load(panel_ref.at[member, pl.ds(r0, rows_per_tile)], inside)
-            return above_diagonal + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
+            last_block = jax.lax.div(jnp.minimum(r0 + rows_per_tile - 1, n - 1), jnp.int32(cols_per_tile))
 
-        above_diagonal = jax.lax.fori_loop(0, pl.cdiv(tiles - program, programs), row_tile,
-                                           jnp.zeros((rows_per_tile, block_n), jnp.float32))
-        sums_ref[program, :] = factor * jnp.sum(above_diagonal, axis=0)
+            def block(c, row_sums):
+                c0 = (first_block + c) * cols_per_tile
+                cols = c0 + jnp.arange(cols_per_tile)
+                lower, mirrored = _lower_blocks(rows, cols, j, n)
+                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)],
+                             inside[:, None] & lower) * factor
+                v_cols = _load(panel_ref.at[member, pl.ds(c0, cols_per_tile)], (cols > j) & (cols < n))
+                share = sums_ref.at[program, pl.ds(c0, cols_per_tile)]
+                share[...] = share[...] + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
+                return row_sums + tile * v_cols[None, :]
+
+            row_sums = jax.lax.fori_loop(0, last_block + 1 - first_block, block,
+                                         jnp.zeros((rows_per_tile, cols_per_tile), jnp.float32))
+            pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)], jnp.sum(row_sums, axis=1),
+                           mask=inside)
+            _barrier(interpret)
 
 
 def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_per_tile, cols_per_tile, nb):
@@ -957,7 +971,7 @@ def _reduce(a, single=None, *, interpret):
         interpret=interpret, name="eigh_symmetrize",
     )(a)
     if not (one_launch(batch, n) if single is None else single):
-        return _reduce_in_panels(w, partial, product_programs(block_n, n - 1), interpret=interpret)  # column 0's
+        return _reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret)  # column 0's
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
     # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 85.7 ms at best, 32 x 128
     # tiles, against 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
@@ -1004,10 +1018,12 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
 
     def product(j, w, scale, panel_buffer, sums_buffer):
         return pl.pallas_call(
-            functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=rows, nb=nb),
+            functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=OVER_LAUNCHES_PRODUCT_ROWS,
+                              cols_per_tile=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS, nb=nb, interpret=interpret),
             out_shape=(_f32((batch, 2 * nb + 1, block_n)), _f32((batch, programs, block_n))), grid=(batch, programs),
             in_specs=[index, matrix, scalar, panel, sums], out_specs=(panel, sums), input_output_aliases={3: 0, 4: 1},
-            compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_panel_product",
+            compiler_params=pltriton.CompilerParams(num_warps=OVER_LAUNCHES_PRODUCT_WARPS), interpret=interpret,
+            name="eigh_panel_product",
         )(jnp.reshape(j, (1,)), w, scale, panel_buffer, sums_buffer)
 
     update_cols = min(block_n, PANEL_UPDATE_COLS)

@@ -342,11 +342,16 @@ SYMMETRIC_PRODUCT_WARP_ROWS = 16  # the one-launch kernel's product p = A v walk
 SYMMETRIC_PRODUCT_COLS = 64  # SYMMETRIC_PRODUCT_COLS columns and SYMMETRIC_PRODUCT_WARP_ROWS rows a warp, no wider
 # than the triangle it reads. The columns a power of two (blocks tile the padded n) and a multiple of 4: a block's
 # sweep starts at its first row, so no 4-column diagonal block of `_lower_blocks` may straddle two blocks
-PROGRAM_ROWS = 16  # trailing rows per program of each column's product p = A v when the tridiagonalisation runs over
-PANEL_UPDATE_COLS = 128  # launches, and columns per program of its per-panel trailing update (neither swept)
-PRODUCT_PROGRAMS = 32  # but at most this many programs a matrix: each leaves a share of the column sums (the product
-# reads the lower triangle only) that the next launch, one program a matrix, adds up (H200, 16 / 32 / 64: 60x1024
-# 88 / 91 / 93 ms, 8x2048 139 / 126 / 132)
+OVER_LAUNCHES_PRODUCT_ROWS = 16  # over launches, each product program walks its row tiles of OVER_LAUNCHES_PRODUCT_ROWS
+OVER_LAUNCHES_PRODUCT_BLOCKS = 4  # rows on OVER_LAUNCHES_PRODUCT_WARPS warps in column blocks of a padded row's
+OVER_LAUNCHES_PRODUCT_WARPS = 4  # 1 / OVER_LAUNCHES_PRODUCT_BLOCKS, up to the tile's diagonal (H200 driver, Triton /
+# Pallas: 60x1024 71.7 / 75.5 ms with 256 columns, 77.8 / 74.0 with 128, 74.6 / 80.0 with 512, against 78.7 / 91.8
+# with full-width tiles; 8x2048 99.2 / 118.9 with 512, 103.9 / 120.6 with 256, against 104.6 / 122.4; 8 warps lost)
+PANEL_UPDATE_COLS = 128  # columns per program of the over-launches per-panel trailing update (not swept)
+PRODUCT_PROGRAMS = 32  # and at most this many product programs a matrix: each leaves a share of the column sums (the
+# product reads the lower triangle only) that the next launch, one program a matrix, adds up (H200, 16 / 32 / 64
+# with full-width tiles: 60x1024 88 / 91 / 93 ms, 8x2048 139 / 126 / 132; 32 / 64 with column blocks: 60x1024
+# 71.7 / 74.1, 8x2048 103.9 / 106.3, Triton)
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
 ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
 # too little work per column to pay for two launches a column
@@ -418,13 +423,11 @@ def shares_the_sms(batch: int) -> bool:
     return batch >= ONE_LAUNCH_BATCH
 
 
-def product_programs(block_n: int, below: int) -> int:
-    """Programs a matrix of the product p = A v_j over the `below` = n - j - 1 rows below column j (n padded to
-    block_n), when the tridiagonalisation runs over launches: PROGRAM_ROWS rows each (whole register tiles of
-    TILE / block_n rows), PRODUCT_PROGRAMS at most."""
-    rows = max(1, TILE // block_n)
-    tiles = -(-below // rows)
-    return max(1, min(PRODUCT_PROGRAMS, -(-tiles // max(1, PROGRAM_ROWS // rows))))
+def product_programs(below: int) -> int:
+    """Programs a matrix of the product p = A v_j over the `below` = n - j - 1 rows below column j, when the
+    tridiagonalisation runs over launches: one row tile of OVER_LAUNCHES_PRODUCT_ROWS each, PRODUCT_PROGRAMS at
+    most."""
+    return max(1, min(PRODUCT_PROGRAMS, -(-below // OVER_LAUNCHES_PRODUCT_ROWS)))
 
 
 def column_panel_chunk(block_n: int) -> int:

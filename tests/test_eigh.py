@@ -212,15 +212,21 @@ def test_one_launch_product_in_small_tiles(port, monkeypatch):
 
 
 @pytest.mark.parametrize("port", PORTS)
-def test_product_column_sums_from_few_programs_of_many_tiles(port, monkeypatch):
-    # Over launches, each product program reads several row tiles of the lower triangle and leaves one share of
-    # the column sums: with 2-row tiles and at most 3 programs, the column kernel adds 3 shares, 2 at a time.
+def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypatch):
+    # Over launches each product program walks several row tiles of the lower triangle, each in column blocks up to
+    # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
+    # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
+    # (TILE / 128 rows). The Triton port's buffers start as NaN here, so a share read before it is zeroed fails.
     kernels = importlib.import_module(f"{port}_kernels.eigh")
     for module in (spec, kernels):
         monkeypatch.setattr(module, "TILE", 256)
+        monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
     for module in (spec, kernels) if port == "triton" else (spec,):
         monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
-    assert spec.product_programs(128, 69) == 3
+    monkeypatch.setattr(kernels, "OVER_LAUNCHES_PRODUCT_BLOCKS", 8)
+    assert spec.product_programs(69) == 3
+    if port == "triton":
+        monkeypatch.setattr(kernels, "_empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 

@@ -51,8 +51,9 @@ import triton.language as tl
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
                         CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_PROGRAMS, GROUP_GAP, INVERSE_ITERATIONS,
-                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, PANEL, PANEL_CHUNK,
-                        PANEL_UPDATE_COLS, PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
+                        JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
+                        OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
+                        PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
                         jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt, tridiagonal_tile,
@@ -387,29 +388,42 @@ def _panel_column_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, p
 
 @triton.jit(do_not_specialize=["j"])
 def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                          NB: tl.constexpr, SHARES: tl.constexpr):
+                          NB: tl.constexpr, SHARES: tl.constexpr, COLS: tl.constexpr):
     """p = A v_j for the rows below j, A as at the panel's start (read, not written), from its lower
-    triangle: programs (b, s) take matrix b's row tiles s, s + P, ... (P programs), store their rows'
-    sums in p and their share of the column sums (the upper triangle's part, by symmetry) in sums[b, s]."""
+    triangle: programs (b, s) take matrix b's row tiles s, s + P, ... (P programs), each walked in COLS-column
+    blocks from the one holding j + 1 to its diagonal (no tile wider than the triangle), store their rows' sums
+    in p and add each block's column sums (the upper triangle's part, by symmetry) to their share sums[b, s]
+    (zeroed first; a barrier after each row tile, whose blocks may meet the next tile's)."""
     matrix = tl.program_id(0).to(tl.int64)
     program, programs = tl.program_id(1), tl.num_programs(1)
-    cols = tl.arange(0, BLOCK_N)
     local = tl.arange(0, ROWS)
     w = w_ptr + matrix * n * n
     vs, _, p_buffer = _panel_rows(panel_ptr, matrix, NB, BLOCK_N)
+    v_ptr = vs + (j % NB) * BLOCK_N
+    sums = sums_ptr + (matrix * SHARES + program) * BLOCK_N
     factor = tl.where(j < NB, 1.0 / tl.load(scale_ptr + matrix), 1.0)
-    below = (cols < n) & (cols > j)
-    v = tl.load(vs + (j % NB) * BLOCK_N + cols, mask=below, other=0.0, cache_modifier=".cg")
-    above_diagonal = tl.zeros((ROWS, BLOCK_N), tl.float32)
+    tl.store(sums + tl.arange(0, BLOCK_N), tl.zeros((BLOCK_N,), tl.float32))
+    tl.debug_barrier()
+    first_block = (j + 1) // COLS
     tiles = tl.cdiv(n - j - 1, ROWS)
     for t in range(0, tl.cdiv(tiles - program, programs)):  # zero-based: see _gram_schmidt_pass
         rows = j + 1 + (program + t * programs) * ROWS + local
         inside = rows < n
-        tile = _lower_tile(w, rows, cols, j, n)
-        tl.store(p_buffer + rows, factor * tl.sum(tile * v[None, :], axis=1), mask=inside)
-        v_rows = tl.load(vs + (j % NB) * BLOCK_N + rows, mask=inside, other=0.0, cache_modifier=".cg")
-        above_diagonal += tl.where(_lower_blocks(rows, cols, j, n)[1], tile, 0.0) * v_rows[:, None]
-    tl.store(sums_ptr + (matrix * SHARES + program) * BLOCK_N + cols, factor * tl.sum(above_diagonal, axis=0))
+        v_rows = tl.load(v_ptr + rows, mask=inside, other=0.0, cache_modifier=".cg")
+        row_sums = tl.zeros((ROWS, COLS), tl.float32)
+        last_block = tl.minimum(j + 1 + (program + t * programs) * ROWS + ROWS - 1, n - 1) // COLS
+        for c in range(0, last_block + 1 - first_block):
+            cols = (first_block + c) * COLS + tl.arange(0, COLS)
+            lower, mirrored = _lower_blocks(rows, cols, j, n)
+            tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
+                           cache_modifier=".cg") * factor
+            v_cols = tl.load(v_ptr + cols, mask=(cols > j) & (cols < n), other=0.0, cache_modifier=".cg")
+            share = tl.load(sums + cols)  # issued with the tile's loads, as the Pallas port's compile orders it
+            row_sums += tile * v_cols[None, :]
+            column = tl.sum(tl.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
+            tl.store(sums + cols, share + column)
+        tl.store(p_buffer + rows, tl.sum(row_sums, axis=1), mask=inside)
+        tl.debug_barrier()
 
 
 @triton.jit(do_not_specialize=["last"])
@@ -978,7 +992,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                   num_warps=vector_panel_warps(block_n))
     update_cols = min(block_n, PANEL_UPDATE_COLS)
     for j in range(n):
-        shares = product_programs(block_n, n - j)  # the programs of column j - 1's product
+        shares = product_programs(n - j)  # the programs of column j - 1's product
         if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
             _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
                                            FINISH_ONLY=True, **column)
@@ -987,9 +1001,10 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                                        NB=TRIDIAGONAL_PANEL, num_warps=4)
         _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
                                        FINISH_ONLY=False, **column)
-        _panel_product_kernel[(batch, product_programs(block_n, n - j - 1))](
-            w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=rows, NB=TRIDIAGONAL_PANEL, SHARES=PRODUCT_PROGRAMS,
-            num_warps=8)
+        _panel_product_kernel[(batch, product_programs(n - j - 1))](
+            w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=OVER_LAUNCHES_PRODUCT_ROWS, NB=TRIDIAGONAL_PANEL,
+            SHARES=PRODUCT_PROGRAMS, COLS=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS,
+            num_warps=OVER_LAUNCHES_PRODUCT_WARPS)
     return w, d, e, tau, scale
 
 
