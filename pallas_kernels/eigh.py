@@ -381,7 +381,7 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
                          interpret):
     """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
     p and the column sums its product's active programs left in sums (those with a row tile below
-    column j - 1, rows_per_tile rows a tile), then (unless finish_only) forms column j's reflector;
+    column j - 1, OVER_LAUNCHES_PRODUCT_ROWS rows a tile; added rows_per_tile shares at a time), then (unless finish_only) forms column j's reflector;
     column 0 stores the scale max|A|. w, d, e, tau, scale and panel are outputs (the inputs after
     sums_ref aliased to them)."""
     w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
