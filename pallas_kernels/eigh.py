@@ -377,13 +377,13 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         _barrier(interpret)
 
 
-def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, partials, rows_per_tile, finish_only,
+def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, partials, share_rows, finish_only,
                          interpret):
     """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
     p and the column sums its product's active programs left in sums (those with a row tile below
-    column j - 1, OVER_LAUNCHES_PRODUCT_ROWS rows a tile; added rows_per_tile shares at a time), then (unless finish_only) forms column j's reflector;
-    column 0 stores the scale max|A|. w, d, e, tau, scale and panel are outputs (the inputs after
-    sums_ref aliased to them)."""
+    column j - 1, OVER_LAUNCHES_PRODUCT_ROWS rows a tile), added share_rows shares at a time, then
+    (unless finish_only) forms column j's reflector; column 0 stores the scale max|A|. w, d, e, tau,
+    scale and panel are outputs (the inputs after sums_ref aliased to them)."""
     w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
     sizes = dict(n=n, block_n=block_n, nb=nb)
     j = j_ref[0]
@@ -398,15 +398,15 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
     def finish_w():  # W's row for column j - 1, and row j's correction
         below = in_cols & (cols > j - 1)
         shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, OVER_LAUNCHES_PRODUCT_ROWS))  # active product programs
-        share_rows = jnp.arange(rows_per_tile)
+        offsets = jnp.arange(share_rows)
 
         def add_shares(s, column_sums):
-            inside = (s * rows_per_tile + share_rows) < shares
-            return column_sums + _load(sums_ref.at[pl.ds(s * rows_per_tile, rows_per_tile), pl.ds(0, block_n)],
+            inside = (s * share_rows + offsets) < shares
+            return column_sums + _load(sums_ref.at[pl.ds(s * share_rows, share_rows), pl.ds(0, block_n)],
                                        inside[:, None])
 
-        column_sums = jax.lax.fori_loop(0, pl.cdiv(shares, rows_per_tile), add_shares,
-                                        jnp.zeros((rows_per_tile, block_n), jnp.float32))
+        column_sums = jax.lax.fori_loop(0, pl.cdiv(shares, share_rows), add_shares,
+                                        jnp.zeros((share_rows, block_n), jnp.float32))
         p = _load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(column_sums, axis=0)
         v = _load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
         panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1,
@@ -1007,7 +1007,7 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
 
     def column(j, buffers, sums_buffer, finish_only):
         return pl.pallas_call(
-            functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks, rows_per_tile=rows,
+            functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks, share_rows=rows,
                               finish_only=finish_only, interpret=interpret),
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
             in_specs=[index, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],

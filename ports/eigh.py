@@ -347,9 +347,10 @@ OVER_LAUNCHES_PRODUCT_BLOCKS = 4  # rows on OVER_LAUNCHES_PRODUCT_WARPS warps in
 OVER_LAUNCHES_PRODUCT_WARPS = 4  # 1 / OVER_LAUNCHES_PRODUCT_BLOCKS, up to the tile's diagonal (H200 driver, Triton /
 # Pallas, two runs: 60x1024 71.7 / 75.5 ms with 256 columns, 77.8 / 74.0 with 128, 74.6 / 80.0 with 512, against
 # 78.7 / 91.8 with full-width tiles; 8x2048 99.2 / 118.9 with 512, 103.9 / 120.6 with 256, 122.2 / 126.7 with 128,
-# against 104.6 / 122.4; 8 warps lost). The blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks
+# against 104.6 / 122.4; 8 warps lost in the Triton port, and in the Pallas port at 60x1024, 83.2 against 75.5, tied
+# at 8x2048, 120.1 against 120.6). The blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks
 PANEL_UPDATE_COLS = 128  # columns per program of the over-launches per-panel trailing update (not swept)
-PRODUCT_PROGRAMS = 32  # and at most this many product programs a matrix: each leaves a share of the column sums (the
+PRODUCT_PROGRAMS = 32  # at most this many product programs a matrix: each leaves a share of the column sums (the
 # product reads the lower triangle only) that the next launch, one program a matrix, adds up (H200, 16 / 32 / 64
 # with full-width tiles: 60x1024 88 / 91 / 93 ms, 8x2048 139 / 126 / 132; Triton with 256-column blocks, 32 / 64:
 # 60x1024 71.7 / 74.1, 8x2048 103.9 / 106.3; with the blocks above, 16 / 32 at 60x1024: Triton 72.2 / 71.8, Pallas

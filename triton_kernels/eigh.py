@@ -230,14 +230,6 @@ def _lower_block_triangle(rows, cols):
 
 
 @triton.jit
-def _lower_tile(w, rows, cols, j, n):
-    """The trailing matrix's row tile `rows` as the product p = A v_j reads it (`_lower_blocks`)."""
-    lower, _ = _lower_blocks(rows, cols, j, n)
-    return tl.load(w + rows[:, None] * n + cols[None, :], mask=(rows < n)[:, None] & lower, other=0.0,
-                   cache_modifier=".cg")
-
-
-@triton.jit
 def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
                        COLS: tl.constexpr):
     """p = factor A v (v zero up to j) on the rows below j, from the trailing matrix's lower triangle
@@ -418,7 +410,7 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
             tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
                            cache_modifier=".cg") * factor
             v_cols = tl.load(v_ptr + cols, mask=(cols > j) & (cols < n), other=0.0, cache_modifier=".cg")
-            share = tl.load(sums + cols)  # issued with the tile's loads, as the Pallas port's compile orders it
+            share = tl.load(sums + cols)  # before the reduction, as the Pallas compile orders it (no gain measured)
             row_sums += tile * v_cols[None, :]
             column = tl.sum(tl.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
             tl.store(sums + cols, share + column)
