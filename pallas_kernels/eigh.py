@@ -237,6 +237,14 @@ def _lower_blocks(rows, cols, j, n):
     return lower, jax.lax.div(cols, four)[None, :] < jax.lax.div(rows, four)[:, None]
 
 
+def _lower_tile(w_ref, r0, rows, c0, cols, j, n, factor):
+    """As the Triton port's `_lower_tile`, rows = r0 + arange and cols = c0 + arange: (factor times the tile, the
+    mask of its mirrored part)."""
+    lower, mirrored = _lower_blocks(rows, cols, j, n)
+    tile = _load(w_ref.at[pl.ds(r0, rows.shape[0]), pl.ds(c0, cols.shape[0])], (rows < n)[:, None] & lower)
+    return tile * factor, mirrored
+
+
 def _lower_block_triangle(rows, cols):
     """As the Triton port's `_lower_block_triangle`: the blocks of 4 columns up to each row's diagonal block."""
     four = jnp.int32(4)
@@ -263,8 +271,7 @@ def _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, *, n
             r0 = top + t * rows
             tile_rows = r0 + local
             inside = tile_rows < n
-            lower, mirrored = _lower_blocks(tile_rows, block_cols, j, n)
-            tile = _load(w_ref.at[pl.ds(r0, rows), pl.ds(c0, cols)], inside[:, None] & lower) * factor
+            tile, mirrored = _lower_tile(w_ref, r0, tile_rows, c0, block_cols, j, n, factor)
             pltriton.store(products_ref.at[first_block + b, pl.ds(r0, rows)], jnp.sum(tile * v_cols[None, :], axis=1),
                            mask=inside)
             v_rows = _load(panel_ref.at[i, pl.ds(r0, rows)], inside)
@@ -294,8 +301,7 @@ def _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, *, n, block_n, 
         r0 = j + 1 + t * rows
         tile_rows = r0 + local
         inside = tile_rows < n
-        lower, mirrored = _lower_blocks(tile_rows, cols, j, n)
-        tile = _load(w_ref.at[pl.ds(r0, rows), pl.ds(0, block_n)], inside[:, None] & lower) * factor
+        tile, mirrored = _lower_tile(w_ref, r0, tile_rows, 0, cols, j, n, factor)
         pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows)], jnp.sum(tile * v[None, :], axis=1),
                        mask=inside)
         v_rows = _load(panel_ref.at[i, pl.ds(r0, rows)], inside)
@@ -453,9 +459,7 @@ def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref
             def block(c, row_sums):
                 c0 = (first_block + c) * cols_per_tile
                 cols = c0 + jnp.arange(cols_per_tile)
-                lower, mirrored = _lower_blocks(rows, cols, j, n)
-                tile = _load(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)],
-                             inside[:, None] & lower) * factor
+                tile, mirrored = _lower_tile(w_ref, r0, rows, c0, cols, j, n, factor)
                 v_cols = _load(panel_ref.at[member, pl.ds(c0, cols_per_tile)], (cols > j) & (cols < n))
                 share = sums_ref.at[program, pl.ds(c0, cols_per_tile)]
                 share[...] = share[...] + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)

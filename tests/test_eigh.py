@@ -196,18 +196,24 @@ def test_one_launch_tile_for_many_matrices(port, monkeypatch):
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
 
+def poison_triton_buffers(port, kernels, monkeypatch):
+    """The Triton port's scratch buffers start as NaN (Pallas interpret mode fills its outputs with NaN already), so
+    a kernel that reads an entry nothing wrote fails the test."""
+    if port == "triton":
+        monkeypatch.setattr(kernels, "_empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
+
+
 @pytest.mark.parametrize("port", PORTS)
 def test_one_launch_product_in_small_tiles(port, monkeypatch):
     # The one-launch kernel's product p = A v walks the lower triangle in column blocks, each from its diagonal
     # down: with 8 x 16 tiles (2 rows a warp on 4 warps), n = 70 takes 5 blocks (the last partial) of up to 9 row
-    # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: the Triton
-    # port's buffers start as NaN here (Pallas interpret mode fills its outputs with NaN), so reading one fails.
+    # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: poisoned, so
+    # reading one fails.
     kernels = importlib.import_module(f"{port}_kernels.eigh")
     for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
         assert getattr(kernels, name) != value
         monkeypatch.setattr(kernels, name, value)
-    if port == "triton":
-        monkeypatch.setattr(kernels, "_empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
+    poison_triton_buffers(port, kernels, monkeypatch)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
 
@@ -216,7 +222,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
     # Over launches each product program walks several row tiles of the lower triangle, each in column blocks up to
     # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
     # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
-    # (TILE / 128 rows). The Triton port's buffers start as NaN here, so a share read before it is zeroed fails.
+    # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
     kernels = importlib.import_module(f"{port}_kernels.eigh")
     for module in (spec, kernels):
         monkeypatch.setattr(module, "TILE", 256)
@@ -225,8 +231,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
         monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
     monkeypatch.setattr(kernels, "OVER_LAUNCHES_PRODUCT_BLOCKS", 8)
     assert spec.product_programs(69) == 3
-    if port == "triton":
-        monkeypatch.setattr(kernels, "_empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
+    poison_triton_buffers(port, kernels, monkeypatch)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 

@@ -223,6 +223,16 @@ def _lower_blocks(rows, cols, j, n):
 
 
 @triton.jit
+def _lower_tile(w, rows, cols, j, n, factor):
+    """factor times the trailing matrix's tile (rows, cols) as the product p = A v_j reads it (`_lower_blocks`),
+    and the mask of its mirrored part (the part that gives column sums)."""
+    lower, mirrored = _lower_blocks(rows, cols, j, n)
+    tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=(rows < n)[:, None] & lower, other=0.0,
+                   cache_modifier=".cg")
+    return tile * factor, mirrored
+
+
+@triton.jit
 def _lower_block_triangle(rows, cols):
     """The lower triangle in whole 4-column blocks (4-wide loads): the blocks up to each row's
     diagonal block, which is all the reflectors and products read (and the trailing updates write)."""
@@ -249,9 +259,7 @@ def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_
         for t in range(0, tl.cdiv(n - top, ROWS)):
             rows = top + t * ROWS + local
             inside = rows < n
-            lower, mirrored = _lower_blocks(rows, cols, j, n)
-            tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
-                           cache_modifier=".cg") * factor
+            tile, mirrored = _lower_tile(w, rows, cols, j, n, factor)
             tl.store(products + (first_block + b) * BLOCK_N + rows, tl.sum(tile * v_cols[None, :], axis=1),
                      mask=inside)
             v_rows = tl.load(v_ptr + rows, mask=inside, other=0.0, cache_modifier=".cg")
@@ -406,9 +414,7 @@ def _panel_product_kernel(w_ptr, scale_ptr, panel_ptr, sums_ptr, n, j, BLOCK_N: 
         last_block = tl.minimum(j + 1 + (program + t * programs) * ROWS + ROWS - 1, n - 1) // COLS
         for c in range(0, last_block + 1 - first_block):
             cols = (first_block + c) * COLS + tl.arange(0, COLS)
-            lower, mirrored = _lower_blocks(rows, cols, j, n)
-            tile = tl.load(w + rows[:, None] * n + cols[None, :], mask=inside[:, None] & lower, other=0.0,
-                           cache_modifier=".cg") * factor
+            tile, mirrored = _lower_tile(w, rows, cols, j, n, factor)
             v_cols = tl.load(v_ptr + cols, mask=(cols > j) & (cols < n), other=0.0, cache_modifier=".cg")
             share = tl.load(sums + cols)  # before the reduction, as the Pallas compile orders it (no gain measured)
             row_sums += tile * v_cols[None, :]
