@@ -42,12 +42,12 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES,
-                        OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL,
-                        PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR, REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS,
-                        SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, GRAM_SCHMIDT_PROGRAMS, SECOND_PASS_BELOW, check_offsets,
-                        column_panel_chunk, jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
+                        COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
+                        JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
+                        OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
+                        REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, column_panel_chunk,
+                        gram_schmidt_programs, jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = float(jnp.finfo(jnp.float32).eps)
@@ -1016,7 +1016,7 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
             in_specs=[index, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
             out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={3 + i: i for i in range(6)},
-            compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
+            compiler_params=pltriton.CompilerParams(num_warps=COLUMN_KERNEL_WARPS), interpret=interpret,
             name="eigh_panel_column",
         )(jnp.reshape(j, (1,)), partial, sums_buffer, *buffers)
 
@@ -1134,7 +1134,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
             input_output_aliases={2: 0}, compiler_params=params, interpret=interpret, name="eigh_orthonormalize",
         )(values, norm, z)
     panels = pl.cdiv(n, PANEL)
-    programs = max(1, min(panels, pl.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
+    programs = gram_schmidt_programs(batch, panels)
     partials = _per_matrix(programs, PANEL, n)
     index_spec = pl.BlockSpec((2,), lambda *_: (0,))
 

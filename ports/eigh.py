@@ -348,7 +348,10 @@ OVER_LAUNCHES_PRODUCT_WARPS = 4  # 1 / OVER_LAUNCHES_PRODUCT_BLOCKS, up to the t
 # Pallas, two runs: 60x1024 71.7 / 75.5 ms with 256 columns, 77.8 / 74.0 with 128, 74.6 / 80.0 with 512, against
 # 78.7 / 91.8 with full-width tiles; 8x2048 99.2 / 118.9 with 512, 103.9 / 120.6 with 256, 122.2 / 126.7 with 128,
 # against 104.6 / 122.4; 8 warps lost in the Triton port, and in the Pallas port at 60x1024, 83.2 against 75.5, tied
-# at 8x2048, 120.1 against 120.6). The blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks
+# at 8x2048, 120.1 against 120.6). The blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks.
+COLUMN_KERNEL_WARPS = 8  # warps of the over-launches column kernel, one program a matrix that is latency-bound by
+# its chain of reductions (H200, two A/B runs, 60x1024 / 8x2048 dense, Triton: 70.3 / 97.6 and 71.4 / 98.0 ms against 16
+# warps' 71.9 / 99.2 and 72.9 / 99.2, 4 warps 74.8 / 101.9; Pallas within spread: 73.2 / 116.3 against 72.5 / 116.8)
 PANEL_UPDATE_COLS = 128  # columns per program of the over-launches per-panel trailing update (not swept)
 PRODUCT_PROGRAMS = 32  # at most this many product programs a matrix: each leaves a share of the column sums (the
 # product reads the lower triangle only) that the next launch, one program a matrix, adds up (H200, 16 / 32 / 64
@@ -362,9 +365,13 @@ ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V'
 # memory, 256 KB at a padded 2048, beyond the H200's 227 KB a program (compiled for sm_90: 134 KB at 1024, 518 at 4096)
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
 SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
-SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among about GRAM_SCHMIDT_PROGRAMS programs in all (H200, dense: 8x2048
-GRAM_SCHMIDT_PROGRAMS = 264  # 123 ms against 425 with one program per matrix, 60x1024 34 against 40; thresholds and
-# program count not swept, results/h200/NOTES.md)
+SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among many programs a matrix (H200, dense: 8x2048 123 ms against 425
+# with one program per matrix, 60x1024 34 against 40; thresholds not swept, results/h200/NOTES.md)
+GRAM_SCHMIDT_PROGRAMS = 264  # programs of the split Gram-Schmidt's projections: two waves of the H200's 132 SMs, one
+GRAM_SCHMIDT_SHARES = 16  # 16-warp program an SM, whole programs a matrix, and at most GRAM_SCHMIDT_SHARES a matrix
+# (the finish, one program a matrix, adds up every share's PANEL x n corrections). H200 A/B of the totals the programs
+# a matrix came from before (rounded up): 264 / 240 / 120 at 60x1024 geometric 108.0 / 104.8 / 108.3 ms, at 8x2048
+# 99.2 / 98.2 / 91.6 (`gram_schmidt_programs`, results/h200/NOTES.md)
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
 # CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
 # 60x1024 3-4 ms faster, results/h200/NOTES.md)
@@ -444,6 +451,11 @@ def split_gram_schmidt(batch: int, n: int) -> bool:
     """Whether the clusters' Gram-Schmidt shares each panel's projections among many programs per matrix (four
     launches a panel) rather than running one program per matrix."""
     return batch < SPLIT_GRAM_SCHMIDT_BATCH and n >= SPLIT_GRAM_SCHMIDT_N
+
+
+def gram_schmidt_programs(batch: int, panels: int) -> int:
+    """Programs a matrix among which the split Gram-Schmidt shares each panel's projections."""
+    return max(1, min(panels, GRAM_SCHMIDT_SHARES, GRAM_SCHMIDT_PROGRAMS // batch))
 
 
 def jacobi_size(n: int) -> int:

@@ -50,14 +50,14 @@ import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_PROGRAMS, GROUP_GAP, INVERSE_ITERATIONS,
+                        COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
-                        jacobi_size, jacobi_warps, one_launch, product_programs, split_gram_schmidt, tridiagonal_tile,
-                        validate, vector_panel_warps)
+                        gram_schmidt_programs, jacobi_size, jacobi_warps, one_launch, product_programs,
+                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -987,7 +987,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
                   CHUNK=column_panel_chunk(block_n), SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows,
-                  num_warps=vector_panel_warps(block_n))
+                  num_warps=COLUMN_KERNEL_WARPS)
     update_cols = min(block_n, PANEL_UPDATE_COLS)
     for j in range(n):
         shares = product_programs(n - j)  # the programs of column j - 1's product
@@ -1091,7 +1091,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
                                          maxnreg=_two_programs_an_sm(batch, warps, z.device))
         return z
     panels = triton.cdiv(n, PANEL)
-    programs = max(1, min(panels, triton.cdiv(GRAM_SCHMIDT_PROGRAMS, batch)))
+    programs = gram_schmidt_programs(batch, panels)
     start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
     partial = _empty(batch, programs, PANEL, n, device=z.device)
     args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
