@@ -367,11 +367,12 @@ LANES = 32  # eigenvalues per program in the bisection and inverse-iteration ker
 SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
 SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among many programs a matrix (H200, dense: 8x2048 123 ms against 425
 # with one program per matrix, 60x1024 34 against 40; thresholds not swept, results/h200/NOTES.md)
-GRAM_SCHMIDT_PROGRAMS = 264  # programs of the split Gram-Schmidt's projections: two waves of the H200's 132 SMs, one
-GRAM_SCHMIDT_SHARES = 16  # 16-warp program an SM, whole programs a matrix, and at most GRAM_SCHMIDT_SHARES a matrix
-# (the finish, one program a matrix, adds up every share's PANEL x n corrections). H200 A/B of the totals the programs
-# a matrix came from before (rounded up): 264 / 240 / 120 at 60x1024 geometric 108.0 / 104.8 / 108.3 ms, at 8x2048
-# 99.2 / 98.2 / 91.6 (`gram_schmidt_programs`, results/h200/NOTES.md)
+GRAM_SCHMIDT_PROGRAMS = 264  # programs of the split Gram-Schmidt's projections: at most two waves of the H200's 132
+GRAM_SCHMIDT_SHARES = 16  # SMs (one 16-warp program an SM from a padded 1024), whole programs a matrix rounded down,
+# and at most GRAM_SCHMIDT_SHARES a matrix (the finish, one program a matrix, adds up every share's PANEL x n
+# corrections). H200 A/B of the totals the programs a matrix came from before (rounded up): 264 / 240 / 120 at 60x1024
+# geometric 108.0 / 104.8 / 108.3 ms, at 8x2048 99.2 / 98.2 / 91.6; the kept 16 a matrix at 8x2048 was timed only with
+# the column kernel on 8 warps (88.4 against 99.8; `gram_schmidt_programs`, results/h200/NOTES.md)
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
 # CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
 # 60x1024 3-4 ms faster, results/h200/NOTES.md)
