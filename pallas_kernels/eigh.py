@@ -4,12 +4,14 @@ n <= 64: one program per matrix (padded to a power of two N >= 16) holds A and t
 accumulated rotations V. A sweep is the N - 1 rounds m = 1 .. N - 1 of the XOR pairing (i meets
 i ^ m); each round's N/2 disjoint plane rotations form one orthogonal J, applied elementwise as
 in the Triton port: (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], likewise for the rows and for V.
-The Triton port exchanges rows or columns i and i ^ m with a register gather; Pallas's Triton
-lowering has no gather, so here the exchange is a float32 product with the 0/1 permutation, exact
-since each sum has one nonzero term (`_exchange`; on the H200 the 20x32 kernel took 1.05 ms against
-1.39 as three bfloat16 products on tensor cores, which were 8% faster than exchanging halves by
-reshapes once per set bit of m, and it is still about 7 times slower than the Triton port's on-chip
-kernel: results/h200/NOTES.md). The matrix is scaled by 1/max|A| and symmetrised
+The Triton port exchanges rows or columns i and i ^ m with a register gather;
+Pallas's Triton lowering has no gather of values, but it loads from a ref at gathered indices: each
+round writes A and V to a buffer in global memory and, after one barrier, reads back A's partner
+columns, rows and both, and V's partner columns, so that J^T A J is formed elementwise in one step
+(the Triton port forms A J, then J^T (A J)). On the H200 this took the 20x32 kernel from 0.86 ms to
+0.43, against the Triton port's 0.16 (results/h200/NOTES.md); the exchange it replaced was a float32
+product with the 0/1 permutation, and three bfloat16 products or halves exchanged by reshapes once per
+set bit of m were slower still. The matrix is scaled by 1/max|A| and symmetrised
 first; both members of a pair use the same averaged A[p, q]. Sweeps stop once every off-diagonal
 element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
@@ -47,9 +49,11 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, column_panel_chunk,
-                        gram_schmidt_programs, jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
+                        gram_schmidt_programs, jacobi_size, one_launch, product_programs, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
+JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
+# time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
                   "ieee": jax.lax.DotAlgorithmPreset.F32_F32_F32}
@@ -60,16 +64,24 @@ def _dot_ieee(a, b):
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _exchange(x, permutation, axis):
-    """x (N x N) with its rows (axis 0) or columns (axis 1) exchanged by a symmetric 0/1 permutation, as
-    a float32 product (FMA, no TF32): each element is one term x * 1 plus zeros, so the result is exact (a
-    subnormal entry may flush to zero, as XLA's CPU product does: far below A's rounding, A being scaled to
-    entries of at most 1)."""
-    return _dot_ieee(x, permutation) if axis == 1 else _dot_ieee(permutation, x)
+def _barrier(interpret):
+    """tl.debug_barrier() between a program's global-memory writes and its reads of them. The
+    interpreter runs each program's operations in order, and debug_barrier has no CPU lowering."""
+    if not interpret:
+        pltriton.debug_barrier()
 
 
-def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
-    """Diagonalises one size x size matrix."""
+def _load(ref, mask, other=0.0):
+    # No cache modifier: the Triton port loads what the program itself wrote with ".cg", but this
+    # JAX's Triton lowering fails on every cache_modifier (its table is keyed "cg", not ".cg"); the
+    # barrier before each such load is what makes the writes visible.
+    return pltriton.load(ref, mask=mask, other=other)
+
+
+def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
+    """Diagonalises one size x size matrix. Each round writes A and V to exchange_ref (two slots, used in
+    turn, so that a round's writes never race the previous round's reads) and reads back the partners'
+    rows and columns at gathered indices: one barrier a round."""
     rows = jnp.arange(size)
     a = a_ref[...]
     eye = rows[:, None] == rows[None, :]
@@ -86,24 +98,33 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
 
     def round_(m, carry):  # round m pairs i with i ^ m
         a, v = carry
+        a_slot = 2 * (m & 1)
+        v_slot = a_slot + 1
+        pltriton.store(exchange_ref.at[a_slot], a)
+        pltriton.store(exchange_ref.at[v_slot], v)
+        _barrier(interpret)
         partner = rows ^ m
-        meets = rows[None, :] == partner[:, None]
-        diagonal = diagonal_of(a)
-        # A[i, i ^ m] and A[i ^ m, i] as masked row and column sums (the Triton port gathers the
-        # partner's entry of a vector instead; the same values)
-        paired = jnp.where(meets, a, 0.0)
-        a_ij = 0.5 * (jnp.sum(paired, axis=1) + jnp.sum(paired, axis=0))
-        d_j = jnp.sum(jnp.where(meets, diagonal[None, :], 0.0), axis=1)
+
+        def gathered(slot, at_rows, at_cols):
+            return _load(exchange_ref.at[slot, at_rows, at_cols], None, None)
+
+        diagonal, d_j = gathered(a_slot, rows, rows), gathered(a_slot, partner, partner)
+        # A[i, i ^ m] and A[i ^ m, i] averaged: the same value for both members of a pair, as in the Triton port
+        a_ij = 0.5 * (gathered(a_slot, rows, partner) + gathered(a_slot, partner, rows))
         first = rows < partner  # row i is p (else q) of its pair
         tau = jnp.where(first, d_j - diagonal, diagonal - d_j) / (2.0 * a_ij)
         t = jnp.where(tau >= 0, 1.0, -1.0) / (jnp.abs(tau) + jnp.sqrt(1.0 + tau * tau))
         t = jnp.where(a_ij == 0.0, 0.0, t)
         c = 1.0 / jnp.sqrt(1.0 + t * t)
         s = jnp.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
-        permutation = meets.astype(jnp.float32)  # symmetric: P[i, j] = 1 where j = i ^ m
-        a = c[None, :] * a - s[None, :] * _exchange(a, permutation, 1)  # A J
-        a = c[:, None] * a - s[:, None] * _exchange(a, permutation, 0)  # J^T (A J)
-        return a, c[None, :] * v - s[None, :] * _exchange(v, permutation, 1)
+        # J^T A J elementwise from A and its partners' columns, rows, and both: one exchange instead of two
+        a_cols = gathered(a_slot, rows[:, None], partner[None, :])
+        a_rows = gathered(a_slot, partner[:, None], rows[None, :])
+        a_both = gathered(a_slot, partner[:, None], partner[None, :])
+        a = (c[:, None] * (c[None, :] * a - s[None, :] * a_cols)
+             - s[:, None] * (c[None, :] * a_rows - s[None, :] * a_both))
+        v_cols = gathered(v_slot, rows[:, None], partner[None, :])
+        return a, c[None, :] * v - s[None, :] * v_cols
 
     def sweep(carry):
         count, a, v, _ = carry
@@ -122,30 +143,19 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, *, size, max_sweeps, tolerance):
 def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
     """(V, diagonal) of the on-chip Jacobi, unsorted, for each matrix of a [batch, N, N]."""
     count, size, _ = a.shape
-    return pl.pallas_call(
-        functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS),
+    vectors, values, _ = pl.pallas_call(
+        functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS, interpret=interpret),
         out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
-                   jax.ShapeDtypeStruct((count, size), jnp.float32)),
+                   jax.ShapeDtypeStruct((count, size), jnp.float32),
+                   jax.ShapeDtypeStruct((count, 4, size, size), jnp.float32)),  # the exchange's buffer
         grid=(count,),
         in_specs=[pl.BlockSpec((None, size, size), lambda i: (i, 0, 0))],
-        out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0))),
-        compiler_params=pltriton.CompilerParams(num_warps=jacobi_warps(size), num_stages=1),
+        out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0)),
+                   pl.BlockSpec((None, 4, size, size), lambda i: (i, 0, 0, 0))),
+        compiler_params=pltriton.CompilerParams(num_warps=JACOBI_EXCHANGE_WARPS, num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a)
-
-
-def _barrier(interpret):
-    """tl.debug_barrier() between a program's global-memory writes and its reads of them. The
-    interpreter runs each program's operations in order, and debug_barrier has no CPU lowering."""
-    if not interpret:
-        pltriton.debug_barrier()
-
-
-def _load(ref, mask, other=0.0):
-    # No cache modifier: the Triton port loads what the program itself wrote with ".cg", but this
-    # JAX's Triton lowering fails on every cache_modifier (its table is keyed "cg", not ".cg"); the
-    # barrier before each such load is what makes the writes visible.
-    return pltriton.load(ref, mask=mask, other=other)
+    return vectors, values
 
 
 def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):

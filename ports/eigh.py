@@ -460,8 +460,8 @@ def gram_schmidt_programs(batch: int, panels: int) -> int:
 
 
 def jacobi_size(n: int) -> int:
-    """The power of two the on-chip Jacobi pads n to: at least 16, the smallest tile of the Pallas
-    port's exchange products."""
+    """The power of two the on-chip Jacobi pads n to: at least 16, the smallest tile the ports are tested and
+    timed at (it was the smallest tile of the Pallas port's earlier exchange products)."""
     if n > JACOBI_MAX_N:
         raise ValueError(f"the on-chip Jacobi takes n <= {JACOBI_MAX_N}, got n = {n}")
     return max(16, 1 << (n - 1).bit_length())
@@ -474,8 +474,9 @@ def vector_panel_warps(block_n: int) -> int:
 
 
 def jacobi_warps(size: int) -> int:
-    """Warps per program for an N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (on the
-    H200, 4 warps ran the blocked case's 32 x 32 solves 1.5 to 2 times faster than 8), 8 for N = 64."""
+    """Warps per program for the Triton port's N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (on the
+    H200, 4 warps ran the blocked case's 32 x 32 solves 1.5 to 2 times faster than 8), 8 for N = 64. The Pallas
+    port's rounds wait on its exchange through memory and take its own JACOBI_EXCHANGE_WARPS."""
     return 4 if size <= 32 else 8
 
 
