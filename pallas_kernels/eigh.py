@@ -22,7 +22,8 @@ ports.eigh.one_launch, the same panels over launches: a column and a product lau
 the product with several programs per matrix, and a closing update launch per panel),
 bisection on Sturm counts (one lane per eigenvalue), INVERSE_ITERATIONS rounds of inverse iteration
 (group shifts, splitting at negligible off-diagonals) each followed by the clusters' panel
-Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), the repair of vectors whose
+Gram-Schmidt (EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round; from n = 512 its projections are
+tensor-core products shared among programs a matrix), the repair of vectors whose
 residual is above REPAIR_RESIDUAL eps ||T||, and the back-transformation Q = H Z. Its scratch
 buffers are pallas_call outputs, carried between launches through input_output_aliases. The
 differences: a pallas_call's grid is static, so the launches per column are a jax.lax.fori_loop
@@ -44,12 +45,13 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
+                        COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION,
+                        GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, column_panel_chunk,
-                        gram_schmidt_programs, jacobi_size, one_launch, product_programs, shares_the_sms,
+                        gram_schmidt_shares, jacobi_size, one_launch, product_programs, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
@@ -751,33 +753,53 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
 
 
 def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, again_ref, x_ref, partial_ref, *, n,
-                                   block_n, cluster_gap):
-    """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) sums the panel block's
-    correction against every programs-th earlier block of its first cluster, from the s-th, into
-    partial_ref[s], only where the panel's first cluster continues from earlier panels and the pass
-    runs (again_ref), which is where the finish reads it. index_ref: the panel, and 1 in the first
-    pass, 0 in the second."""
-    panel, first_pass, share, programs = index_ref[0], index_ref[1], pl.program_id(1), pl.num_programs(1)
+                                   cluster_gap, earlier, interpret):
+    """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) takes the s-th `earlier` earlier
+    members E of the panel's first cluster and writes the panel block P's correction (P E^T) E into
+    partial_ref[s], GRAM_SCHMIDT_CHUNK columns a product step, at GRAM_SCHMIDT_PRECISION (the interpreter, which
+    has no TF32 preset, runs float32), only where the panel's first cluster continues from earlier panels, the
+    share holds members and the pass runs (again_ref), which is where the finish reads it. index_ref: the panel,
+    and 1 in the first pass, 0 in the second."""
+    panel, first_pass, share = index_ref[0], index_ref[1], pl.program_id(1)
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
+    first, end = start + share * earlier, panel * PANEL
+    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[GRAM_SCHMIDT_PRECISION]
+    chunk = jnp.arange(GRAM_SCHMIDT_CHUNK)
+    vectors = first + jnp.arange(earlier)
 
-    @pl.when(continued & ((first_pass != 0) | (again_ref[...] != 0)))  # what the finish reads, as the Triton port
+    def chunks(c):  # the panel's and E's columns c * GRAM_SCHMIDT_CHUNK on: (columns, the panel, E)
+        columns = c * GRAM_SCHMIDT_CHUNK + chunk
+        present = (columns < n)[None, :]
+        return (columns, _load(x_ref.at[members[:, None], columns[None, :]], inside[:, None] & present),
+                _load(x_ref.at[vectors[:, None], columns[None, :]], (vectors < end)[:, None] & present))
+
+    @pl.when(continued & (first < end) & ((first_pass != 0) | (again_ref[...] != 0)))
     def _():
-        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
+        def coefficients_step(c, carry):
+            coefficients, squares = carry
+            _, block, earlier_block = chunks(c)
+            product = jnp.dot(block, earlier_block.T, precision=precision, preferred_element_type=jnp.float32)
+            return coefficients + product, squares + jnp.sum(block * block, axis=1)
 
-        def accumulate(step, correction):
-            return correction + _block_correction(block, x_ref, start + (share + step * programs) * PANEL,
-                                                  panel * PANEL, n=n, block_n=block_n)
+        steps = pl.cdiv(n, GRAM_SCHMIDT_CHUNK)
+        coefficients, squares = jax.lax.fori_loop(
+            0, steps, coefficients_step, (jnp.zeros((PANEL, earlier), jnp.float32), jnp.zeros((PANEL,), jnp.float32)))
+        # the first pass projects the normalised panel (`_load_panel`)
+        coefficients = jnp.where(first_pass != 0, coefficients / jnp.maximum(jnp.sqrt(squares), 1e-30)[:, None],
+                                 coefficients)
 
-        count = pl.cdiv(pl.cdiv(panel * PANEL - start, PANEL) - share, programs)  # from zero, as above
-        correction = jax.lax.fori_loop(0, count, accumulate, jnp.zeros((PANEL, block_n), jnp.float32))
-        pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], correction,
-                       mask=(jnp.arange(block_n) < n)[None, :])
+        @pl.loop(0, steps)
+        def _(c):
+            columns, _, earlier_block = chunks(c)
+            correction = jnp.dot(coefficients, earlier_block, precision=precision, preferred_element_type=jnp.float32)
+            pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(c * GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_CHUNK)],
+                           correction, mask=(columns < n)[None, :])
 
 
 def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
-                                  again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, programs):
+                                  again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, earlier):
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel and stores it; the first pass decides whether the second runs (again), the second moves
@@ -794,7 +816,8 @@ def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, 
     def gram_schmidt_pass():
         block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
         zero = jnp.zeros((PANEL, block_n), jnp.float32)
-        correction = jax.lax.cond(continued, lambda: jax.lax.fori_loop(0, programs, add_share, zero), lambda: zero)
+        shares = pl.cdiv(panel * PANEL - start, earlier)  # those that hold members
+        correction = jax.lax.cond(continued, lambda: jax.lax.fori_loop(0, shares, add_share, zero), lambda: zero)
         block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
         block, lengths = _within_clusters(block, cluster, first_cluster, continued)
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
@@ -1136,7 +1159,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     block_n = pl.next_power_of_2(n)
     params = pltriton.CompilerParams(num_warps=vector_panel_warps(block_n))
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)
-    if not (split_gram_schmidt(batch, n) if split is None else split):
+    if not (split_gram_schmidt(n) if split is None else split):
         return pl.pallas_call(
             functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
                               second_pass_below=SECOND_PASS_BELOW, interpret=interpret),
@@ -1144,23 +1167,25 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
             input_output_aliases={2: 0}, compiler_params=params, interpret=interpret, name="eigh_orthonormalize",
         )(values, norm, z)
     panels = pl.cdiv(n, PANEL)
-    programs = gram_schmidt_programs(batch, panels)
+    programs, earlier = gram_schmidt_shares(n)
     partials = _per_matrix(programs, PANEL, n)
     index_spec = pl.BlockSpec((2,), lambda *_: (0,))
 
     def project(index, start, again, z):
         return pl.pallas_call(
-            functools.partial(_orthonormalize_project_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap),
+            functools.partial(_orthonormalize_project_kernel, n=n, cluster_gap=cluster_gap, earlier=earlier,
+                              interpret=interpret),
             out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
             in_specs=[index_spec, vector, scalar, scalar, scalar, matrix], out_specs=partials,
-            compiler_params=params, interpret=interpret, name="eigh_orthonormalize_project",
+            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT_WARPS), interpret=interpret,
+            name="eigh_orthonormalize_project",
         )(index, values, norm, start, again, z)
 
     def finish(index, partial, start, again, z):
         flag = jax.ShapeDtypeStruct((batch,), jnp.int32)
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              second_pass_below=SECOND_PASS_BELOW, programs=programs),
+                              second_pass_below=SECOND_PASS_BELOW, earlier=earlier),
             out_shape=(flag, flag, _f32((batch, n, n))), grid=(batch,),
             in_specs=[index_spec, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
             input_output_aliases={4: 0, 5: 1, 6: 2}, compiler_params=params, interpret=interpret,

@@ -364,15 +364,16 @@ ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.m
 ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V's and W's 16 x padded-n panels in shared
 # memory, 256 KB at a padded 2048, beyond the H200's 227 KB a program (compiled for sm_90: 134 KB at 1024, 518 at 4096)
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
-SPLIT_GRAM_SCHMIDT_BATCH = 128  # below this many matrices of n >= SPLIT_GRAM_SCHMIDT_N, the Gram-Schmidt shares
-SPLIT_GRAM_SCHMIDT_N = 512  # each panel's work among many programs a matrix (H200, dense: 8x2048 123 ms against 425
-# with one program per matrix, 60x1024 34 against 40; thresholds not swept, results/h200/NOTES.md)
-GRAM_SCHMIDT_PROGRAMS = 264  # programs of the split Gram-Schmidt's projections: at most two waves of the H200's 132
-GRAM_SCHMIDT_SHARES = 16  # SMs (one 16-warp program an SM from a padded 1024), whole programs a matrix rounded down,
-# and at most GRAM_SCHMIDT_SHARES a matrix (the finish, one program a matrix, adds up every share's PANEL x n
-# corrections). H200 A/B of the totals the programs a matrix came from before (rounded up): 264 / 240 / 120 at 60x1024
-# geometric 108.0 / 104.8 / 108.3 ms, at 8x2048 99.2 / 98.2 / 91.6; the kept 16 a matrix at 8x2048 was timed only with
-# the column kernel on 8 warps (88.4 against 99.8; `gram_schmidt_programs`, results/h200/NOTES.md)
+SPLIT_GRAM_SCHMIDT_N = 512  # from this n on, the clusters' Gram-Schmidt shares each panel's projections among many
+# programs a matrix as products (`gram_schmidt_shares`), four launches a panel; below it, one program per matrix
+# (H200 A/B at 640x512, splitting against one program a matrix: mixed 77.3 ms against 100.5, clustered 116.4 against
+# 175.1, rankdef 69.0 against 69.7, LAPACK even 62.4 against 58.9; results/h200/NOTES.md)
+GRAM_SCHMIDT_EARLIER = 64  # each split projection program takes this many earlier cluster members E and forms
+GRAM_SCHMIDT_CHUNK = 64  # (P E^T) E for the panel block P, GRAM_SCHMIDT_CHUNK columns a product step, on
+GRAM_SCHMIDT_WARPS = 4  # GRAM_SCHMIDT_WARPS warps, in GRAM_SCHMIDT_PRECISION. H200 A/B, Triton: the fastest of
+GRAM_SCHMIDT_PRECISION = "tf32x3"  # 32 / 64 / 128 members, 64 / 128 columns and 2 / 4 warps at 60x1024 dense, mixed
+# and geometric, within 0.3 ms of the fastest at 8x2048; float32 ("ieee") products, at 128 members, 10-32% slower
+# than tf32x3 (results/h200/NOTES.md)
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of few large matrices (not one launch) from a
 # CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
 # 60x1024 3-4 ms faster, results/h200/NOTES.md)
@@ -448,15 +449,16 @@ def column_panel_chunk(block_n: int) -> int:
     return PANEL_CHUNK if block_n > 1024 else TRIDIAGONAL_PANEL
 
 
-def split_gram_schmidt(batch: int, n: int) -> bool:
+def split_gram_schmidt(n: int) -> bool:
     """Whether the clusters' Gram-Schmidt shares each panel's projections among many programs per matrix (four
     launches a panel) rather than running one program per matrix."""
-    return batch < SPLIT_GRAM_SCHMIDT_BATCH and n >= SPLIT_GRAM_SCHMIDT_N
+    return n >= SPLIT_GRAM_SCHMIDT_N
 
 
-def gram_schmidt_programs(batch: int, panels: int) -> int:
-    """Programs a matrix among which the split Gram-Schmidt shares each panel's projections."""
-    return max(1, min(panels, GRAM_SCHMIDT_SHARES, GRAM_SCHMIDT_PROGRAMS // batch))
+def gram_schmidt_shares(n: int) -> tuple[int, int]:
+    """(programs a matrix, earlier cluster members a program) of the split Gram-Schmidt's projections: enough
+    programs of GRAM_SCHMIDT_EARLIER members for a cluster of n."""
+    return -(-n // GRAM_SCHMIDT_EARLIER), GRAM_SCHMIDT_EARLIER
 
 
 def jacobi_size(n: int) -> int:

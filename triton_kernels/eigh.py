@@ -29,8 +29,10 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
    come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted, on the vectors'
    transpose: a warp's step touches 128 contiguous bytes) and
-   `_orthonormalize_kernel` (block Gram-Schmidt within clusters of close eigenvalues),
-   INVERSE_ITERATIONS rounds from a fixed pseudo-random start; the rounds before the last
+   the block Gram-Schmidt within clusters of close eigenvalues (from n = 512 split over launches,
+   `_orthonormalize_project_kernel` forming each panel's projections as tensor-core products among many
+   programs a matrix and `_orthonormalize_finish_kernel` applying them; below, `_orthonormalize_kernel`,
+   one program per matrix), INVERSE_ITERATIONS rounds from a fixed pseudo-random start; the rounds before the last
    orthogonalise only the closest eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every
    cluster (CLUSTER_GAP). Then `_repair_kernel` makes any vector whose residual is above
    REPAIR_RESIDUAL eps ||T|| orthogonal to all the sound ones.
@@ -50,13 +52,14 @@ import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                         BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS,
+                        COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK,
+                        GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
-                        gram_schmidt_programs, jacobi_size, jacobi_warps, one_launch, product_programs,
+                        gram_schmidt_shares, jacobi_size, jacobi_warps, one_launch, product_programs,
                         split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
@@ -720,45 +723,64 @@ def _split_panel(x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap,
 @triton.jit(do_not_specialize=["panel", "first_pass"])  # one compiled kernel for every panel and both passes
 def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
                                    group_gap, second_pass_below, n, panel, first_pass, BLOCK_N: tl.constexpr,
-                                   PANEL: tl.constexpr):
-    """The split Gram-Schmidt's first half, for one panel of matrices too few to fill the GPU with
-    one program each: program (b, s) of (batch, programs) sums the panel block's correction
-    against every programs-th earlier block of its first cluster, from the s-th, into
-    partial [batch, programs, PANEL, n]. start_ptr [batch]: where the previous panel's first cluster
-    starts, or a later break; again_ptr [batch]: whether the panel's second pass runs (from the
-    first pass's finish)."""
+                                   PANEL: tl.constexpr, EARLIER: tl.constexpr, CHUNK: tl.constexpr,
+                                   PRECISION: tl.constexpr):
+    """The split Gram-Schmidt's first half, as two products: program (b, s) takes the s-th EARLIER earlier
+    members E of the panel's first cluster and writes the panel block P's correction (P E^T) E into
+    partial [batch, programs, PANEL, n] at [b, s], where the finish reads it: the coefficients P E^T over n
+    CHUNK columns a step, then the correction CHUNK columns at a time (E read twice, from L2). start_ptr
+    [batch]: where the previous panel's first cluster starts, or a later break; again_ptr [batch]: whether
+    the panel's second pass runs (from the first pass's finish). Classical Gram-Schmidt as products, where
+    row reductions across the program's warps (one a member) bound the older form (results/h200/NOTES.md)."""
     matrix = tl.program_id(0).to(tl.int64)
-    share, programs = tl.program_id(1), tl.num_programs(1)
+    share = tl.program_id(1)
     local = tl.arange(0, PANEL)
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, _ = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
-    if continued & ((first_pass != 0) | (tl.load(again_ptr + matrix) != 0)):
-        correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-        block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
-        for step in range(0, tl.cdiv(tl.cdiv(panel * PANEL - start, PANEL) - share, programs)):  # from zero, as above
-            correction += _block_correction(block, x, start + (share + step * programs) * PANEL, panel * PANEL, cols,
-                                            valid, n, PANEL, BLOCK_N)
-        tl.store(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n + cols[None, :],
-                 correction, mask=valid[None, :])
+    first = start + share * EARLIER
+    end = panel * PANEL
+    if continued & (first < end) & ((first_pass != 0) | (tl.load(again_ptr + matrix) != 0)):
+        earlier = first + tl.arange(0, EARLIER)
+        present = earlier < end
+        chunk = tl.arange(0, CHUNK)
+        coefficients = tl.zeros((PANEL, EARLIER), tl.float32)
+        squares = tl.zeros((PANEL,), tl.float32)
+        for c0 in range(0, n, CHUNK):
+            columns = c0 + chunk
+            block = tl.load(x + members[:, None] * n + columns[None, :],
+                            mask=inside[:, None] & (columns < n)[None, :], other=0.0)
+            vectors = tl.load(x + earlier[:, None] * n + columns[None, :],
+                              mask=present[:, None] & (columns < n)[None, :], other=0.0, cache_modifier=".cg")
+            coefficients = tl.dot(block, tl.trans(vectors), coefficients, input_precision=PRECISION)
+            squares += tl.sum(block * block, axis=1)
+        if first_pass != 0:  # the first pass projects the normalised panel (`_load_panel`)
+            coefficients /= tl.maximum(tl.sqrt_rn(squares), 1e-30)[:, None]
+        out = partial_ptr + (matrix * tl.num_programs(1) + share) * PANEL * n
+        for c0 in range(0, n, CHUNK):
+            columns = c0 + chunk
+            vectors = tl.load(x + earlier[:, None] * n + columns[None, :],
+                              mask=present[:, None] & (columns < n)[None, :], other=0.0, cache_modifier=".cg")
+            tl.store(out + local[:, None] * n + columns[None, :],
+                     tl.dot(coefficients, vectors, input_precision=PRECISION), mask=(columns < n)[None, :])
 
 
 @triton.jit(do_not_specialize=["panel", "first_pass"])
 def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
                                   group_gap, second_pass_below, n, panel, first_pass, programs, BLOCK_N: tl.constexpr,
-                                  PANEL: tl.constexpr):
+                                  PANEL: tl.constexpr, EARLIER: tl.constexpr):
     """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; the first pass decides whether the second runs (again_ptr, Kahan's test as
     `_orthonormalize_kernel`), and the second moves start_ptr on for the next panel."""
     matrix = tl.program_id(0).to(tl.int64)
     local = tl.arange(0, PANEL)
-    x, cols, valid, members, inside, cluster, first_cluster, continued, _, next_start = _split_panel(
+    x, cols, valid, members, inside, cluster, first_cluster, continued, start, next_start = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
     if (first_pass != 0) | (tl.load(again_ptr + matrix) != 0):
         block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
         if continued:
             correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-            for share in range(0, programs):
+            for share in range(0, tl.cdiv(panel * PANEL - start, EARLIER)):  # the shares that hold members
                 correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
                                       + cols[None, :], mask=valid[None, :], other=0.0)
             block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
@@ -1085,22 +1107,24 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     warps = vector_panel_warps(block_n)
-    if not (split_gram_schmidt(batch, n) if split is None else split):
+    if not (split_gram_schmidt(n) if split is None else split):
         _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
                                          BLOCK_N=block_n, PANEL=PANEL, num_warps=warps,
                                          maxnreg=_two_programs_an_sm(batch, warps, z.device))
         return z
     panels = triton.cdiv(n, PANEL)
-    programs = gram_schmidt_programs(batch, panels)
+    programs, earlier = gram_schmidt_shares(n)
     start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
     partial = _empty(batch, programs, PANEL, n, device=z.device)
     args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
     for panel in range(panels):
         for first_pass in (1, 0):
             _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n, PANEL=PANEL,
-                                                              num_warps=warps)
+                                                              EARLIER=earlier, CHUNK=GRAM_SCHMIDT_CHUNK,
+                                                              PRECISION=GRAM_SCHMIDT_PRECISION,
+                                                              num_warps=GRAM_SCHMIDT_WARPS)
             _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    num_warps=warps)
+                                                    EARLIER=earlier, num_warps=warps)
     return z
 
 
