@@ -60,7 +60,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
                         gram_schmidt_shares, jacobi_size, jacobi_warps, one_launch, product_programs,
-                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -1183,7 +1183,7 @@ def eigh(a: torch.Tensor):
     if batch == 0:
         return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
     if n > JACOBI_MAX_N:
-        if a.is_cuda and CUDA_GRAPH_SHAPES and not one_launch(batch, n):
+        if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
             return _tridiagonal_replayed(a)
         return _tridiagonal(a)
     size = jacobi_size(n)
