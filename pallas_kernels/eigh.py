@@ -56,6 +56,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
 # time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
+JACOBI_EXCHANGE_SLOTS = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
                   "ieee": jax.lax.DotAlgorithmPreset.F32_F32_F32}
@@ -82,8 +83,8 @@ def _load(ref, mask, other=0.0):
 
 def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
     """Diagonalises one size x size matrix. Each round writes A and V to exchange_ref (two slots, used in
-    turn, so that a round's writes never race the previous round's reads) and reads back the partners'
-    rows and columns at gathered indices: one barrier a round."""
+    turn from round to round, across sweeps too, so that a round's writes never race the previous round's
+    reads) and reads back the partners' rows and columns at gathered indices: one barrier a round."""
     rows = jnp.arange(size)
     a = a_ref[...]
     eye = rows[:, None] == rows[None, :]
@@ -98,9 +99,9 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, toler
     def off_diagonal(a):
         return jnp.max(jnp.max(jnp.where(eye, 0.0, jnp.abs(a)), axis=1), axis=0)
 
-    def round_(m, carry):  # round m pairs i with i ^ m
+    def round_(count, m, carry):  # round m of sweep `count` pairs i with i ^ m
         a, v = carry
-        a_slot = 2 * (m & 1)
+        a_slot = 2 * ((count + m) & 1)  # size - 1 rounds a sweep, an odd number: the parity alternates throughout
         v_slot = a_slot + 1
         pltriton.store(exchange_ref.at[a_slot], a)
         pltriton.store(exchange_ref.at[v_slot], v)
@@ -130,7 +131,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, toler
 
     def sweep(carry):
         count, a, v, _ = carry
-        a, v = jax.lax.fori_loop(1, size, round_, (a, v))
+        a, v = jax.lax.fori_loop(1, size, functools.partial(round_, count), (a, v))
         return count + 1, a, v, off_diagonal(a)
 
     def unconverged(carry):
@@ -149,11 +150,11 @@ def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
         functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS, interpret=interpret),
         out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
                    jax.ShapeDtypeStruct((count, size), jnp.float32),
-                   jax.ShapeDtypeStruct((count, 4, size, size), jnp.float32)),  # the exchange's buffer
+                   jax.ShapeDtypeStruct((count, JACOBI_EXCHANGE_SLOTS, size, size), jnp.float32)),  # the exchange's buffer
         grid=(count,),
         in_specs=[pl.BlockSpec((None, size, size), lambda i: (i, 0, 0))],
         out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0)),
-                   pl.BlockSpec((None, 4, size, size), lambda i: (i, 0, 0, 0))),
+                   pl.BlockSpec((None, JACOBI_EXCHANGE_SLOTS, size, size), lambda i: (i, 0, 0, 0))),
         compiler_params=pltriton.CompilerParams(num_warps=JACOBI_EXCHANGE_WARPS, num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a)
@@ -810,7 +811,7 @@ def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, 
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
 
-    def add_share(share, correction):  # a loop, not unrolled: up to 256 shares at n = 4096
+    def add_share(share, correction):  # a loop, not unrolled: up to 64 shares at n = 4096
         return correction + _load(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
 
     def gram_schmidt_pass():
@@ -1245,7 +1246,7 @@ def _eigh(a, *, interpret):
     if n > JACOBI_MAX_N:
         return _tridiagonal(a, interpret=interpret)
     size = jacobi_size(n)
-    check_offsets(batch, size)
+    check_offsets(batch, size, JACOBI_EXCHANGE_SLOTS)
     vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
     vectors, values = vectors[:, :n, :n], values[:, :n]
     order = jnp.argsort(values, axis=-1)

@@ -409,11 +409,12 @@ EARLY_CLUSTER_GAP = 1e-5  # the same in the rounds before the last: there only p
 # geometric spectrum reach orthogonality 87 at n = 512, 1e-5 kept every family where CLUSTER_GAP alone had it)
 
 
-def check_offsets(batch: int, size: int) -> None:
-    """The eigh kernels index with 32-bit offsets: a ValueError naming the sizes when batch * size^2 is too large."""
-    if batch * size * size >= 2**31:
-        raise ValueError(f"the eigh kernels index with 32-bit offsets: batch * padded n^2 must be below 2**31, "
-                         f"got batch = {batch}, padded n = {size}")
+def check_offsets(batch: int, size: int, per_matrix: int = 1) -> None:
+    """The eigh kernels index with 32-bit offsets: a ValueError naming the sizes when batch * per_matrix * size^2
+    is too large (per_matrix: size x size arrays a matrix in the largest buffer, as the Pallas Jacobi's exchange)."""
+    if batch * per_matrix * size * size >= 2**31:
+        raise ValueError(f"the eigh kernels index with 32-bit offsets: batch * {per_matrix} * padded n^2 must be below "
+                         f"2**31, got batch = {batch}, padded n = {size}")
 
 
 def one_launch(batch: int, n: int) -> bool:

@@ -141,7 +141,7 @@ def test_port_above_64_passes_every_identity(port, family, n):
 
 @pytest.mark.parametrize("port", PORTS)
 def test_port_with_split_gram_schmidt_passes_every_identity(port, monkeypatch):
-    # the split Gram-Schmidt is for few matrices of n >= 512, too slow to interpret: lower the threshold
+    # the split Gram-Schmidt is for n >= 512, too slow to interpret: lower the threshold
     # (n = 72 is traced for this test alone, so the Pallas port's jit cache holds no unsplit version)
     monkeypatch.setattr(spec, "SPLIT_GRAM_SCHMIDT_N", 72)
     a = spec.make_inputs(spec._case(2, 72, 2, 72, "clustered"), 72, DEVICE)
@@ -339,6 +339,9 @@ def test_sizes_beyond_32_bit_offsets_are_refused():
     with pytest.raises(ValueError, match="32-bit offsets"):
         spec.check_offsets(2048, 1024)
     spec.check_offsets(640, 512)
+    with pytest.raises(ValueError, match="32-bit offsets"):  # the Pallas Jacobi's buffer: 4 arrays a matrix
+        spec.check_offsets(131072, 64, 4)
+    spec.check_offsets(131072, 64)
 
 
 def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
@@ -410,12 +413,13 @@ def test_triton_port_compiles_for_hopper(compile_for_hopper, case, options):
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a GPU")
 def test_triton_graph_replay_computes_every_call():
-    # Few large matrices take the Triton port's CUDA-graph path: the second input replays the graph the first
-    # captured, on its own data, and must give what launching every kernel from Python gives, bit for bit.
+    # Fewer than 256 matrices take the Triton port's CUDA-graph path, over launches (n = 1000) or in one launch
+    # (n = 100): the second input replays the graph the first captured, on its own data, and must give what
+    # launching every kernel from Python gives, bit for bit.
     triton_eigh = importlib.import_module("triton_kernels.eigh")
-    for seed in (1, 2):
-        a = spec.make_inputs(spec._case(3, 1000, 2, seed), seed, DEVICE)
-        assert not spec.one_launch(3, 1000)
+    for n, seed in ((1000, 1), (1000, 2), (100, 3), (100, 4)):
+        a = spec.make_inputs(spec._case(3, n, 2, seed), seed, DEVICE)
+        assert not spec.shares_the_sms(3) and spec.one_launch(3, n) == (n < spec.ONE_LAUNCH_N)
         q, values = triton_eigh.eigh(a)
         verdict = spec.check(a, (q, values), spec.reference(a))
         assert verdict.passed, verdict.reason

@@ -1090,8 +1090,9 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
 def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-program-a-matrix Gram-Schmidt: where its programs queue for the SMs, so
     that two fit an SM (`_registers_for`), if that leaves at least 128 (8 warps: 128; it compiles to 255, one
-    program an SM). H200, Triton 3.6, 640x512: clustered 224 ms against 243, dense 122 against 124, although
-    each thread spills 424 bytes (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
+    program an SM). H200, Triton 3.6, 640x512 (when that shape still ran this kernel; it now takes n < 512):
+    clustered 224 ms against 243, dense 122 against 124, although each thread spills 424 bytes
+    (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
     this: Pallas's Triton compiler parameters have no register cap."""
     cap = _registers_for(2, warps)
     if device.type != "cuda" or cap < 128 or cap >= 255:
@@ -1155,8 +1156,9 @@ _GRAPHS: OrderedDict = OrderedDict()  # (shape, device) -> (CUDA graph, its inpu
 
 def _tridiagonal_replayed(a: torch.Tensor):
     """_tridiagonal from a CUDA graph captured on the shape's first call, replayed on a copy of this call's input:
-    every kernel runs on every call, but the graph's thousands of launches (two a column, four a Gram-Schmidt
-    panel) cost one launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    every kernel runs on every call, but the graph's launches (over launches two a column; four a Gram-Schmidt
+    panel from n = 512) cost one launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and
+    memory)."""
     key = (tuple(a.shape), a.device)
     if key not in _GRAPHS:
         static_input = a.clone()
