@@ -770,17 +770,18 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, a
     chunk = jnp.arange(GRAM_SCHMIDT_CHUNK)
     vectors = first + jnp.arange(earlier)
 
-    def chunks(c):  # the panel's and E's columns c * GRAM_SCHMIDT_CHUNK on: (columns, the panel, E)
-        columns = c * GRAM_SCHMIDT_CHUNK + chunk
-        present = (columns < n)[None, :]
-        return (columns, _load(x_ref.at[members[:, None], columns[None, :]], inside[:, None] & present),
-                _load(x_ref.at[vectors[:, None], columns[None, :]], (vectors < end)[:, None] & present))
+    def columns_of(c):  # columns c * GRAM_SCHMIDT_CHUNK on
+        return c * GRAM_SCHMIDT_CHUNK + chunk
+
+    def rows_at(rows, inside_rows, columns):  # x's rows at the columns, zero outside
+        return _load(x_ref.at[rows[:, None], columns[None, :]], inside_rows[:, None] & (columns < n)[None, :])
 
     @pl.when(continued & (first < end) & ((first_pass != 0) | (again_ref[...] != 0)))
     def _():
         def coefficients_step(c, carry):
             coefficients, squares = carry
-            _, block, earlier_block = chunks(c)
+            columns = columns_of(c)
+            block, earlier_block = rows_at(members, inside, columns), rows_at(vectors, vectors < end, columns)
             product = jnp.dot(block, earlier_block.T, precision=precision, preferred_element_type=jnp.float32)
             return coefficients + product, squares + jnp.sum(block * block, axis=1)
 
@@ -793,8 +794,9 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, a
 
         @pl.loop(0, steps)
         def _(c):
-            columns, _, earlier_block = chunks(c)
-            correction = jnp.dot(coefficients, earlier_block, precision=precision, preferred_element_type=jnp.float32)
+            columns = columns_of(c)
+            correction = jnp.dot(coefficients, rows_at(vectors, vectors < end, columns), precision=precision,
+                                 preferred_element_type=jnp.float32)
             pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(c * GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_CHUNK)],
                            correction, mask=(columns < n)[None, :])
 
