@@ -477,6 +477,14 @@ def vector_panel_warps(block_n: int) -> int:
     return min(16, max(4, block_n // 64))
 
 
+def gram_schmidt_finish_warps(block_n: int) -> int:
+    """Warps of the split Gram-Schmidt's finish (one program a matrix, a chain of row reductions across its warps):
+    one per 128 elements of a row, 4 to 16, half of `vector_panel_warps` at 512 and 1024 (H200 driver A/B, Triton,
+    whole call: 60x1024 mixed 81.4 ms against 86.6, LAPACK geometric 80.5 against 82.4, 640x512 mixed 75.5 against
+    77.5, the other rows tried 0.1 to 1.3 faster; the Pallas port's finish kernels took the same time either way)."""
+    return min(16, max(4, block_n // 128))
+
+
 def jacobi_warps(size: int) -> int:
     """Warps per program for the Triton port's N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (on the
     H200, 4 warps ran the blocked case's 32 x 32 solves 1.5 to 2 times faster than 8), 8 for N = 64. The Pallas

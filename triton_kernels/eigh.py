@@ -59,8 +59,9 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
-                        gram_schmidt_shares, jacobi_size, jacobi_warps, one_launch, product_programs,
-                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        gram_schmidt_finish_warps, gram_schmidt_shares, jacobi_size, jacobi_warps, one_launch,
+                        product_programs, shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate,
+                        vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -1125,7 +1126,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
                                                               PRECISION=GRAM_SCHMIDT_PRECISION,
                                                               num_warps=GRAM_SCHMIDT_WARPS)
             _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    EARLIER=earlier, num_warps=warps)
+                                                    EARLIER=earlier, num_warps=gram_schmidt_finish_warps(block_n))
     return z
 
 
