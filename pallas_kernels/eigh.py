@@ -51,12 +51,19 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, column_panel_chunk,
-                        gram_schmidt_shares, jacobi_size, one_launch, product_programs, shares_the_sms,
-                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        gram_schmidt_finish_warps, gram_schmidt_shares, jacobi_size, one_launch, product_programs,
+                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
 # time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
 JACOBI_EXCHANGE_SLOTS = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
+GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split Gram-Schmidt's
+# project kernel and of the back-transformation's products: XLA's Triton slows the project kernel's two loops when it
+BACK_TRANSFORM_STAGES = 2  # pipelines them over the default 3 stages (H200 kernel time, 60x1024 mixed: 21.4 ms
+# against 35.6; 640x512 dense 6.0 against 9.8; 8x2048 13.4 against 16.5), and the back-transformation runs fastest on
+# 2 (60x1024 mixed 4.2 ms against 5.2, 640x512 dense 6.0 against 7.5, 8x2048 3.8 against 4.6). The Triton port's
+# kernels, compiled by Triton itself, were within 1 ms either way at 1, 2 and 3 stages and keep Triton's default 3
+# (results/h200/NOTES.md)
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
                   "ieee": jax.lax.DotAlgorithmPreset.F32_F32_F32}
@@ -396,8 +403,15 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
         _barrier(interpret)
 
 
-def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, partials, share_rows, finish_only,
-                         interpret):
+def _column_index(first_ref, offset_ref):
+    """The over-launches column j = first + offset: a panel's first column and the panel loop's counter, added
+    here, where adding them in XLA cost a kernel a column (H200 kernel time: about 1 ms of a 60x1024 call, 2 of an
+    8x2048 one)."""
+    return first_ref[0] + offset_ref[0]
+
+
+def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n, block_n, nb, partials, share_rows,
+                         finish_only, interpret):
     """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
     p and the column sums its product's active programs left in sums (those with a row tile below
     column j - 1, OVER_LAUNCHES_PRODUCT_ROWS rows a tile), added share_rows shares at a time, then
@@ -405,7 +419,7 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
     scale and panel are outputs (the inputs after sums_ref aliased to them)."""
     w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
     sizes = dict(n=n, block_n=block_n, nb=nb)
-    j = j_ref[0]
+    j = _column_index(first_ref, offset_ref)
     cols = jnp.arange(block_n)
     in_cols = cols < n
     # lax.rem, not %: jnp.remainder of a loaded index fails Pallas's Triton lowering (jax 0.10, 0.11)
@@ -441,14 +455,14 @@ def _panel_column_kernel(j_ref, partial_ref, sums_ref, *refs, n, block_n, nb, pa
         pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
-def _panel_product_kernel(j_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n, rows_per_tile,
-                          cols_per_tile, nb, interpret):
+def _panel_product_kernel(first_ref, offset_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n,
+                          rows_per_tile, cols_per_tile, nb, interpret):
     """As the Triton port's `_panel_product_kernel`: p = A v_j below row j from the lower triangle,
     programs (b, s) on row tiles s, s + P, ..., each walked in cols_per_tile-column blocks up to its diagonal:
     rows' sums into the panel's row 2 nb, each block's column sums added to program s's share sums[s] (zeroed
     first). The grid is column 0's: later columns leave programs idle, and the column kernel reads only the
     active programs' shares."""
-    j = j_ref[0]
+    j = _column_index(first_ref, offset_ref)
     program, programs = pl.program_id(1), pl.num_programs(1)
     local = jnp.arange(rows_per_tile)
     factor = jnp.where(j < nb, 1.0 / scale_ref[...], 1.0)
@@ -753,15 +767,23 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
 
 
-def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, again_ref, x_ref, partial_ref, *, n,
+def _panel_and_pass(step_ref):
+    """(panel, 1 in its first pass and 0 in its second) of the split Gram-Schmidt's step step_ref[0] (panels in
+    order, two passes each), by a shift and a mask: the kernels take the loop's counter, where forming the pair in
+    XLA cost a kernel a step (H200 kernel time: 0.33 ms of a 60x1024 mixed call, 0.68 of an 8x2048 one)."""
+    step = step_ref[0]
+    return jax.lax.shift_right_logical(step, 1), 1 - jnp.bitwise_and(step, 1)
+
+
+def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, again_ref, x_ref, partial_ref, *, n,
                                    cluster_gap, earlier, interpret):
     """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) takes the s-th `earlier` earlier
     members E of the panel's first cluster and writes the panel block P's correction (P E^T) E into
     partial_ref[s], GRAM_SCHMIDT_CHUNK columns a product step, at GRAM_SCHMIDT_PRECISION (the interpreter, which
     has no TF32 preset, runs float32), only where the panel's first cluster continues from earlier panels, the
-    share holds members and the pass runs (again_ref), which is where the finish reads it. index_ref: the panel,
-    and 1 in the first pass, 0 in the second."""
-    panel, first_pass, share = index_ref[0], index_ref[1], pl.program_id(1)
+    share holds members and the pass runs (again_ref), which is where the finish reads it. step_ref: the step
+    (`_panel_and_pass`)."""
+    (panel, first_pass), share = _panel_and_pass(step_ref), pl.program_id(1)
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
@@ -801,13 +823,13 @@ def _orthonormalize_project_kernel(index_ref, values_ref, norm_ref, start_ref, a
                            correction, mask=(columns < n)[None, :])
 
 
-def _orthonormalize_finish_kernel(index_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
+def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
                                   again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, earlier):
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel and stores it; the first pass decides whether the second runs (again), the second moves
     start on (start, again and x aliased)."""
-    panel, first_pass = index_ref[0], index_ref[1]
+    panel, first_pass = _panel_and_pass(step_ref)
     valid = jnp.arange(block_n) < n
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
@@ -1040,51 +1062,55 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
     rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL
     blocks = partial.shape[1]
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * nb + 1, block_n))  # w, d, e, tau, scale, panel
-    index = pl.BlockSpec((1,), lambda *_: (0,))
+    one = pl.BlockSpec((1,), lambda *_: (0,))
     matrix, scalar, panel = _per_matrix(n, n), _per_matrix(), _per_matrix(2 * nb + 1, block_n)
 
     sums = _per_matrix(programs, block_n)  # each product program's column sums
 
-    def column(j, buffers, sums_buffer, finish_only):
+    def index(value):  # a (1,) int32 operand: a reshape of a traced scalar is no XLA kernel
+        return jnp.reshape(jnp.asarray(value, jnp.int32), (1,))
+
+    def column(first, offset, buffers, sums_buffer, finish_only):
         return pl.pallas_call(
             functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks, share_rows=rows,
                               finish_only=finish_only, interpret=interpret),
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
-            in_specs=[index, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
-            out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={3 + i: i for i in range(6)},
+            in_specs=[one, one, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
+            out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={4 + i: i for i in range(6)},
             compiler_params=pltriton.CompilerParams(num_warps=COLUMN_KERNEL_WARPS), interpret=interpret,
             name="eigh_panel_column",
-        )(jnp.reshape(j, (1,)), partial, sums_buffer, *buffers)
+        )(index(first), index(offset), partial, sums_buffer, *buffers)
 
-    def product(j, w, scale, panel_buffer, sums_buffer):
+    def product(first, offset, w, scale, panel_buffer, sums_buffer):
         return pl.pallas_call(
             functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=OVER_LAUNCHES_PRODUCT_ROWS,
                               cols_per_tile=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS, nb=nb, interpret=interpret),
             out_shape=(_f32((batch, 2 * nb + 1, block_n)), _f32((batch, programs, block_n))), grid=(batch, programs),
-            in_specs=[index, matrix, scalar, panel, sums], out_specs=(panel, sums), input_output_aliases={3: 0, 4: 1},
+            in_specs=[one, one, matrix, scalar, panel, sums], out_specs=(panel, sums),
+            input_output_aliases={4: 0, 5: 1},
             compiler_params=pltriton.CompilerParams(num_warps=OVER_LAUNCHES_PRODUCT_WARPS), interpret=interpret,
             name="eigh_panel_product",
-        )(jnp.reshape(j, (1,)), w, scale, panel_buffer, sums_buffer)
+        )(index(first), index(offset), w, scale, panel_buffer, sums_buffer)
 
     update_cols = min(block_n, PANEL_UPDATE_COLS)
 
     def close(j, buffers, sums_buffer):  # the panel ending at column j: its last W row, then the trailing update
-        w, d, e, tau, scale, panel_buffer = column(j, buffers, sums_buffer, True)
+        w, d, e, tau, scale, panel_buffer = column(j, 0, buffers, sums_buffer, True)
         w = pl.pallas_call(
             functools.partial(_panel_update_kernel, n=n, rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=update_cols,
                               nb=nb),
             out_shape=_f32((batch, n, n)),
             grid=(batch, pl.cdiv(n - nb, TRIDIAGONAL_ROWS), pl.cdiv(n - nb, update_cols)),  # the first panel's
-            in_specs=[index, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
+            in_specs=[one, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
             compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_panel_update",
-        )(jnp.reshape(j, (1,)), scale, panel_buffer, w)
+        )(index(j), scale, panel_buffer, w)
         return w, d, e, tau, scale, panel_buffer
 
     def columns(first, count, carry):  # columns first .. first + count - 1 of one panel
         def column_step(i, carry):
             buffers, sums_buffer = carry
-            w, d, e, tau, scale, panel_buffer = column(first + i, buffers, sums_buffer, False)
-            panel_buffer, sums_buffer = product(first + i, w, scale, panel_buffer, sums_buffer)
+            w, d, e, tau, scale, panel_buffer = column(first, i, buffers, sums_buffer, False)
+            panel_buffer, sums_buffer = product(first, i, w, scale, panel_buffer, sums_buffer)
             return (w, d, e, tau, scale, panel_buffer), sums_buffer
 
         return jax.lax.fori_loop(0, count, column_step, carry)
@@ -1160,48 +1186,51 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
-    params = pltriton.CompilerParams(num_warps=vector_panel_warps(block_n))
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)
     if not (split_gram_schmidt(n) if split is None else split):
         return pl.pallas_call(
             functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
                               second_pass_below=SECOND_PASS_BELOW, interpret=interpret),
             out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
-            input_output_aliases={2: 0}, compiler_params=params, interpret=interpret, name="eigh_orthonormalize",
+            input_output_aliases={2: 0}, compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)),
+            interpret=interpret, name="eigh_orthonormalize",
         )(values, norm, z)
     panels = pl.cdiv(n, PANEL)
     programs, earlier = gram_schmidt_shares(n)
     partials = _per_matrix(programs, PANEL, n)
-    index_spec = pl.BlockSpec((2,), lambda *_: (0,))
+    step_spec = pl.BlockSpec((1,), lambda *_: (0,))
 
-    def project(index, start, again, z):
+    def project(step, start, again, z):
         return pl.pallas_call(
             functools.partial(_orthonormalize_project_kernel, n=n, cluster_gap=cluster_gap, earlier=earlier,
                               interpret=interpret),
             out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
-            in_specs=[index_spec, vector, scalar, scalar, scalar, matrix], out_specs=partials,
-            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT_WARPS), interpret=interpret,
+            in_specs=[step_spec, vector, scalar, scalar, scalar, matrix], out_specs=partials,
+            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT_WARPS,
+                                                    num_stages=GRAM_SCHMIDT_PROJECT_STAGES),
+            interpret=interpret,
             name="eigh_orthonormalize_project",
-        )(index, values, norm, start, again, z)
+        )(step, values, norm, start, again, z)
 
-    def finish(index, partial, start, again, z):
+    def finish(step, partial, start, again, z):
         flag = jax.ShapeDtypeStruct((batch,), jnp.int32)
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
                               second_pass_below=SECOND_PASS_BELOW, earlier=earlier),
             out_shape=(flag, flag, _f32((batch, n, n))), grid=(batch,),
-            in_specs=[index_spec, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
-            input_output_aliases={4: 0, 5: 1, 6: 2}, compiler_params=params, interpret=interpret,
+            in_specs=[step_spec, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
+            input_output_aliases={4: 0, 5: 1, 6: 2},
+            compiler_params=pltriton.CompilerParams(num_warps=gram_schmidt_finish_warps(block_n)), interpret=interpret,
             name="eigh_orthonormalize_finish",
-        )(index, values, norm, partial, start, again, z)
+        )(step, values, norm, partial, start, again, z)
 
-    def step(i, carry):  # panel i // 2, pass i % 2: one traced (so one compiled) kernel of each kind
+    def panel_pass(i, carry):  # one traced (so one compiled) kernel of each kind for every panel and pass
         start, again, z = carry
-        index = jnp.stack([i // 2, 1 - i % 2]).astype(jnp.int32)
-        return finish(index, project(index, start, again, z), start, again, z)
+        step = jnp.reshape(i, (1,)).astype(jnp.int32)  # the loop's counter itself: no XLA kernel a step
+        return finish(step, project(step, start, again, z), start, again, z)
 
     flags = jnp.zeros((batch,), jnp.int32)
-    return jax.lax.fori_loop(0, 2 * panels, step, (flags, flags, z))[2]
+    return jax.lax.fori_loop(0, 2 * panels, panel_pass, (flags, flags, z))[2]
 
 
 def _back_transform(w, tau, z, *, interpret):
@@ -1227,7 +1256,8 @@ def _back_transform(w, tau, z, *, interpret):
         in_specs=[by_matrix, pl.BlockSpec((None, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
                                           lambda block, b: (b, 0, 0, 0)), by_matrix],
         out_specs=(by_matrix, by_matrix), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS), interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS, num_stages=BACK_TRANSFORM_STAGES),
+        interpret=interpret,
         name="eigh_back_transform",
     )(w, t, z)[1]
 
