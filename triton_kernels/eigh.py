@@ -964,6 +964,17 @@ def _registers_for(programs_an_sm: int, warps: int) -> int:
     return 16384 // (32 * -(-programs_an_sm * warps // 4)) // 8 * 8
 
 
+def _register_cap(programs: int, uncapped_an_sm: int, programs_an_sm: int, warps: int,
+                  device: torch.device) -> int | None:
+    """The register cap a thread that lets programs_an_sm programs share an SM (`_registers_for`), for a launch
+    whose programs outnumber what the SMs hold uncapped (uncapped_an_sm each, at the registers it compiles to);
+    None otherwise, and on CPU tensors (`compare.hopper_compile`)."""
+    if device.type != "cuda":
+        return None
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return _registers_for(programs_an_sm, warps) if programs > uncapped_an_sm * sms else None
+
+
 def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-launch tridiagonalisation of matrices padded to 512 on
     MANY_TRIDIAGONAL_WARPS warps, where its programs outnumber what the SMs hold uncapped. Each of an SM's four
@@ -975,10 +986,21 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port's kernel compiles to 168 registers uncapped
     in an sm_90 compile by the CPU's Triton 3.9 (XLA's Triton on the GPU was not read), and its Triton compiler
     parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
-    if device.type != "cuda" or warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
+    if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
-    uncapped = 4 * torch.cuda.get_device_properties(device).multi_processor_count
-    return _registers_for(TRIDIAGONAL_PROGRAMS_AN_SM, warps) if programs > uncapped else None
+    return _register_cap(programs, 4, TRIDIAGONAL_PROGRAMS_AN_SM, warps, device)
+
+
+def _product_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
+    """Register cap a thread for the over-launches product of matrices padded to 1024, where column 0's programs
+    outnumber the 3 of 4 warps an SM holds at the 159 registers it compiles to (H200, Triton 3.6): 128, 4 an SM. H200
+    driver A/B in one run: 60x1024 dense 61.6 ms against 63.5, LAPACK geometric 78.8 against 80.9 (kernel time at
+    60x1024 mixed 21.4 against 23.2), though each thread spills 8 bytes; capped at 96 (5 an SM, 144 bytes spilled)
+    69.7 and 87.2. Not set elsewhere: at 8x2048, whose 256 programs the SMs hold uncapped, 128 cost 111.8 ms against
+    84.7. Pallas's Triton compiler parameters have no cap."""
+    if block_n != 1024:
+        return None
+    return _register_cap(programs, 3, 4, OVER_LAUNCHES_PRODUCT_WARPS, device)
 
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
@@ -1012,6 +1034,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                   CHUNK=column_panel_chunk(block_n), SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows,
                   num_warps=COLUMN_KERNEL_WARPS)
     update_cols = min(block_n, PANEL_UPDATE_COLS)
+    product_cap = _product_register_cap(batch * product_programs(n - 1), block_n, a.device)  # column 0's programs
     for j in range(n):
         shares = product_programs(n - j)  # the programs of column j - 1's product
         if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
@@ -1025,7 +1048,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
         _panel_product_kernel[(batch, product_programs(n - j - 1))](
             w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=OVER_LAUNCHES_PRODUCT_ROWS, NB=TRIDIAGONAL_PANEL,
             SHARES=PRODUCT_PROGRAMS, COLS=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS,
-            num_warps=OVER_LAUNCHES_PRODUCT_WARPS)
+            num_warps=OVER_LAUNCHES_PRODUCT_WARPS, maxnreg=product_cap)
     return w, d, e, tau, scale
 
 
@@ -1095,10 +1118,7 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
     clustered 224 ms against 243, dense 122 against 124, although each thread spills 424 bytes
     (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
     this: Pallas's Triton compiler parameters have no register cap."""
-    cap = _registers_for(2, warps)
-    if device.type != "cuda" or cap < 128 or cap >= 255:
-        return None
-    return cap if programs > torch.cuda.get_device_properties(device).multi_processor_count else None
+    return _register_cap(programs, 1, 2, warps, device) if 128 <= _registers_for(2, warps) < 255 else None
 
 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
