@@ -1003,6 +1003,17 @@ def _product_register_cap(programs: int, block_n: int, device: torch.device) -> 
     return _register_cap(programs, 3, 4, OVER_LAUNCHES_PRODUCT_WARPS, device)
 
 
+def _project_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
+    """Register cap a thread for the split Gram-Schmidt's project kernel at a padded 512, where its programs
+    outnumber the 2 of 4 warps an SM holds at the 224 to 229 registers it compiles to (H200, Triton 3.6): 168, 3 an
+    SM. H200 driver A/B, two runs: 640x512 clustered 112.7 ms against 116.1 and 112.7 against 115.6; dense, mixed
+    and LAPACK even 0.4 to 0.6 faster. Not set elsewhere: at 60x1024 mixed it cost 80.9 ms against 79.5; 128 (4 an
+    SM) tied or lost at both sizes (results/h200/NOTES.md)."""
+    if block_n != 512:
+        return None
+    return _register_cap(programs, 2, 3, GRAM_SCHMIDT_WARPS, device)
+
+
 def _reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
@@ -1138,13 +1149,14 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     programs, earlier = gram_schmidt_shares(n)
     start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
     partial = _empty(batch, programs, PANEL, n, device=z.device)
+    project_cap = _project_register_cap(batch * programs, block_n, z.device)
     args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
     for panel in range(panels):
         for first_pass in (1, 0):
             _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n, PANEL=PANEL,
                                                               EARLIER=earlier, CHUNK=GRAM_SCHMIDT_CHUNK,
                                                               PRECISION=GRAM_SCHMIDT_PRECISION,
-                                                              num_warps=GRAM_SCHMIDT_WARPS)
+                                                              num_warps=GRAM_SCHMIDT_WARPS, maxnreg=project_cap)
             _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
                                                     EARLIER=earlier, num_warps=gram_schmidt_finish_warps(block_n))
     return z
