@@ -62,7 +62,7 @@ GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton n
 BACK_TRANSFORM_STAGES = 2  # pipelines them over the default 3 stages (H200 kernel time, 60x1024 mixed: 21.4 ms
 # against 35.6; 640x512 dense 6.0 against 9.8; 8x2048 13.4 against 16.5), and the back-transformation runs fastest on
 # 2 (60x1024 mixed 4.2 ms against 5.2, 640x512 dense 6.0 against 7.5, 8x2048 3.8 against 4.6). The Triton port's
-# kernels, compiled by Triton itself, were within 1 ms either way at 1, 2 and 3 stages and keep Triton's default 3
+# kernels, compiled by Triton itself, were within 1.2 ms either way at 1, 2 and 3 stages and keep Triton's default 3
 # (results/h200/NOTES.md)
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
@@ -406,7 +406,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
 def _column_index(first_ref, offset_ref):
     """The over-launches column j = first + offset: a panel's first column and the panel loop's counter, added
     here, where adding them in XLA cost a kernel a column (H200 kernel time of those adds: 0.97 ms of a 60x1024 mixed
-    call, 1.77 of an 8x2048 one; gone from the 8x2048 split since)."""
+    call, 1.77 of an 8x2048 one, gone since; results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
     return first_ref[0] + offset_ref[0]
 
 
@@ -1018,6 +1018,15 @@ def _per_matrix(*shape):
     return pl.BlockSpec((None, *shape), lambda b, *_: (b,) + (0,) * len(shape))
 
 
+LOOP_INDEX = pl.BlockSpec((1,), lambda *_: (0,))  # a (1,) int32 operand every program reads whole (`_loop_index`)
+
+
+def _loop_index(value):
+    """A loop's counter (or any int32 scalar) as a (1,) operand: a reshape, which costs no XLA kernel, where
+    arithmetic on it in XLA would cost one a step."""
+    return jnp.reshape(jnp.asarray(value, jnp.int32), (1,))
+
+
 def _reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
@@ -1062,35 +1071,31 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
     rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL
     blocks = partial.shape[1]
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * nb + 1, block_n))  # w, d, e, tau, scale, panel
-    one = pl.BlockSpec((1,), lambda *_: (0,))
     matrix, scalar, panel = _per_matrix(n, n), _per_matrix(), _per_matrix(2 * nb + 1, block_n)
 
     sums = _per_matrix(programs, block_n)  # each product program's column sums
-
-    def index(value):  # a (1,) int32 operand: a reshape of a traced scalar is no XLA kernel
-        return jnp.reshape(jnp.asarray(value, jnp.int32), (1,))
 
     def column(first, offset, buffers, sums_buffer, finish_only):
         return pl.pallas_call(
             functools.partial(_panel_column_kernel, n=n, block_n=block_n, nb=nb, partials=blocks, share_rows=rows,
                               finish_only=finish_only, interpret=interpret),
             out_shape=tuple(_f32((batch, *shape)) for shape in shapes), grid=(batch,),
-            in_specs=[one, one, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
+            in_specs=[LOOP_INDEX, LOOP_INDEX, _per_matrix(blocks), sums] + [_per_matrix(*shape) for shape in shapes],
             out_specs=tuple(_per_matrix(*shape) for shape in shapes), input_output_aliases={4 + i: i for i in range(6)},
             compiler_params=pltriton.CompilerParams(num_warps=COLUMN_KERNEL_WARPS), interpret=interpret,
             name="eigh_panel_column",
-        )(index(first), index(offset), partial, sums_buffer, *buffers)
+        )(_loop_index(first), _loop_index(offset), partial, sums_buffer, *buffers)
 
     def product(first, offset, w, scale, panel_buffer, sums_buffer):
         return pl.pallas_call(
             functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=OVER_LAUNCHES_PRODUCT_ROWS,
                               cols_per_tile=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS, nb=nb, interpret=interpret),
             out_shape=(_f32((batch, 2 * nb + 1, block_n)), _f32((batch, programs, block_n))), grid=(batch, programs),
-            in_specs=[one, one, matrix, scalar, panel, sums], out_specs=(panel, sums),
+            in_specs=[LOOP_INDEX, LOOP_INDEX, matrix, scalar, panel, sums], out_specs=(panel, sums),
             input_output_aliases={4: 0, 5: 1},
             compiler_params=pltriton.CompilerParams(num_warps=OVER_LAUNCHES_PRODUCT_WARPS), interpret=interpret,
             name="eigh_panel_product",
-        )(index(first), index(offset), w, scale, panel_buffer, sums_buffer)
+        )(_loop_index(first), _loop_index(offset), w, scale, panel_buffer, sums_buffer)
 
     update_cols = min(block_n, PANEL_UPDATE_COLS)
 
@@ -1101,9 +1106,9 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
                               nb=nb),
             out_shape=_f32((batch, n, n)),
             grid=(batch, pl.cdiv(n - nb, TRIDIAGONAL_ROWS), pl.cdiv(n - nb, update_cols)),  # the first panel's
-            in_specs=[one, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
+            in_specs=[LOOP_INDEX, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
             compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_panel_update",
-        )(index(j), scale, panel_buffer, w)
+        )(_loop_index(j), scale, panel_buffer, w)
         return w, d, e, tau, scale, panel_buffer
 
     def columns(first, count, carry):  # columns first .. first + count - 1 of one panel
@@ -1198,14 +1203,13 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     panels = pl.cdiv(n, PANEL)
     programs, earlier = gram_schmidt_shares(n)
     partials = _per_matrix(programs, PANEL, n)
-    step_spec = pl.BlockSpec((1,), lambda *_: (0,))
 
     def project(step, start, again, z):
         return pl.pallas_call(
             functools.partial(_orthonormalize_project_kernel, n=n, cluster_gap=cluster_gap, earlier=earlier,
                               interpret=interpret),
             out_shape=_f32((batch, programs, PANEL, n)), grid=(batch, programs),
-            in_specs=[step_spec, vector, scalar, scalar, scalar, matrix], out_specs=partials,
+            in_specs=[LOOP_INDEX, vector, scalar, scalar, scalar, matrix], out_specs=partials,
             compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT_WARPS,
                                                     num_stages=GRAM_SCHMIDT_PROJECT_STAGES),
             interpret=interpret,
@@ -1218,7 +1222,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
                               second_pass_below=SECOND_PASS_BELOW, earlier=earlier),
             out_shape=(flag, flag, _f32((batch, n, n))), grid=(batch,),
-            in_specs=[step_spec, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
+            in_specs=[LOOP_INDEX, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
             input_output_aliases={4: 0, 5: 1, 6: 2},
             compiler_params=pltriton.CompilerParams(num_warps=gram_schmidt_finish_warps(block_n)), interpret=interpret,
             name="eigh_orthonormalize_finish",
@@ -1226,7 +1230,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
 
     def panel_pass(i, carry):  # one traced (so one compiled) kernel of each kind for every panel and pass
         start, again, z = carry
-        step = jnp.reshape(i, (1,)).astype(jnp.int32)  # the loop's counter itself: no XLA kernel a step
+        step = _loop_index(i)
         return finish(step, project(step, start, again, z), start, again, z)
 
     flags = jnp.zeros((batch,), jnp.int32)

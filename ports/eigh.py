@@ -473,7 +473,7 @@ def jacobi_size(n: int) -> int:
 
 def vector_panel_warps(block_n: int) -> int:
     """Warps per program for the kernels that sweep a matrix's vectors PANEL rows of block_n at a time (the
-    clusters' Gram-Schmidt and the repair): one per 64 elements of a row, 4 to 16."""
+    one-program Gram-Schmidt and the repair): one per 64 elements of a row, 4 to 16."""
     return min(16, max(4, block_n // 64))
 
 

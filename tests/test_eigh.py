@@ -335,6 +335,27 @@ def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memor
     assert not spec.one_launch(60, 1024) and not spec.one_launch(256, 1025) and not spec.one_launch(300, 2048)
 
 
+def test_triton_register_caps_only_where_programs_queue(monkeypatch):
+    # The Triton port caps a kernel's registers where its programs outnumber what an H200's 132 SMs hold uncapped, at
+    # the padded sizes the caps were measured at, and never on CPU tensors (`compare.hopper_compile`).
+    triton_eigh = importlib.import_module("triton_kernels.eigh")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("H200", (), {
+        "multi_processor_count": 132}))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert triton_eigh._product_register_cap(60 * 32, 1024, cuda) == 128  # 4 four-warp programs an SM
+    assert triton_eigh._product_register_cap(3 * 132, 1024, cuda) is None  # held uncapped, 3 an SM
+    assert triton_eigh._product_register_cap(60 * 32, 2048, cuda) is None
+    assert triton_eigh._product_register_cap(60 * 32, 1024, cpu) is None
+    assert triton_eigh._project_register_cap(640 * 8, 512, cuda) == 168  # 3 an SM
+    assert triton_eigh._project_register_cap(16 * 8, 512, cuda) is None
+    assert triton_eigh._project_register_cap(60 * 16, 1024, cuda) is None
+    assert triton_eigh._tridiagonal_register_cap(640, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) == 168  # 6 an SM
+    assert triton_eigh._tridiagonal_register_cap(4 * 132, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) is None
+    assert triton_eigh._two_programs_an_sm(640, 8, cuda) == 128
+    assert triton_eigh._two_programs_an_sm(640, 16, cuda) is None  # 64 registers: too few
+    assert triton_eigh._two_programs_an_sm(132, 8, cuda) is None
+
+
 def test_sizes_beyond_32_bit_offsets_are_refused():
     with pytest.raises(ValueError, match="32-bit offsets"):
         spec.check_offsets(2048, 1024)

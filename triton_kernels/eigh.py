@@ -988,30 +988,33 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
-    return _register_cap(programs, 4, TRIDIAGONAL_PROGRAMS_AN_SM, warps, device)
+    return _register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
+                         device=device)
 
 
 def _product_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the over-launches product of matrices padded to 1024, where column 0's programs
-    outnumber the 3 of 4 warps an SM holds at the 159 registers it compiles to (H200, Triton 3.6): 128, 4 an SM. H200
+    outnumber the three four-warp programs an SM holds at the 159 registers it compiles to (H200, Triton 3.6): 128,
+    four an SM. H200
     driver A/B in one run: 60x1024 dense 61.6 ms against 63.5, LAPACK geometric 78.8 against 80.9 (kernel time at
     60x1024 mixed 21.4 against 23.2), though each thread spills 8 bytes; capped at 96 (5 an SM, 144 bytes spilled)
     69.7 and 87.2. Not set elsewhere: at 8x2048, whose 256 programs the SMs hold uncapped, 128 cost 111.8 ms against
     84.7. Pallas's Triton compiler parameters have no cap."""
     if block_n != 1024:
         return None
-    return _register_cap(programs, 3, 4, OVER_LAUNCHES_PRODUCT_WARPS, device)
+    return _register_cap(programs, uncapped_an_sm=3, programs_an_sm=4, warps=OVER_LAUNCHES_PRODUCT_WARPS,
+                         device=device)
 
 
 def _project_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the split Gram-Schmidt's project kernel at a padded 512, where its programs
-    outnumber the 2 of 4 warps an SM holds at the 224 to 229 registers it compiles to (H200, Triton 3.6): 168, 3 an
-    SM. H200 driver A/B, two runs: 640x512 clustered 112.7 ms against 116.1 and 112.7 against 115.6; dense, mixed
-    and LAPACK even 0.4 to 0.6 faster. Not set elsewhere: at 60x1024 mixed it cost 80.9 ms against 79.5; 128 (4 an
-    SM) tied or lost at both sizes (results/h200/NOTES.md)."""
+    outnumber the two four-warp programs an SM holds at the 224 to 229 registers it compiles to (H200, Triton 3.6):
+    168, three an SM. H200 driver A/B, two runs: 640x512 clustered 112.7 ms against 116.1 and 112.7 against 115.6;
+    dense, mixed and LAPACK even 0.4 to 0.6 faster. Not set elsewhere: at 60x1024 mixed it cost 80.9 ms against
+    79.5; 128 (four an SM) tied or lost at both sizes (results/h200/NOTES.md)."""
     if block_n != 512:
         return None
-    return _register_cap(programs, 2, 3, GRAM_SCHMIDT_WARPS, device)
+    return _register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT_WARPS, device=device)
 
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
@@ -1129,7 +1132,9 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
     clustered 224 ms against 243, dense 122 against 124, although each thread spills 424 bytes
     (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
     this: Pallas's Triton compiler parameters have no register cap."""
-    return _register_cap(programs, 1, 2, warps, device) if 128 <= _registers_for(2, warps) < 255 else None
+    if not 128 <= _registers_for(2, warps) < 255:
+        return None
+    return _register_cap(programs, uncapped_an_sm=1, programs_an_sm=2, warps=warps, device=device)
 
 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
@@ -1139,8 +1144,8 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
-    warps = vector_panel_warps(block_n)
     if not (split_gram_schmidt(n) if split is None else split):
+        warps = vector_panel_warps(block_n)
         _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
                                          BLOCK_N=block_n, PANEL=PANEL, num_warps=warps,
                                          maxnreg=_two_programs_an_sm(batch, warps, z.device))
