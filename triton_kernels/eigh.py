@@ -995,11 +995,10 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
 def _product_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the over-launches product of matrices padded to 1024, where column 0's programs
     outnumber the three four-warp programs an SM holds at the 159 registers it compiles to (H200, Triton 3.6): 128,
-    four an SM. H200
-    driver A/B in one run: 60x1024 dense 61.6 ms against 63.5, LAPACK geometric 78.8 against 80.9 (kernel time at
-    60x1024 mixed 21.4 against 23.2), though each thread spills 8 bytes; capped at 96 (5 an SM, 144 bytes spilled)
-    69.7 and 87.2. Not set elsewhere: at 8x2048, whose 256 programs the SMs hold uncapped, 128 cost 111.8 ms against
-    84.7. Pallas's Triton compiler parameters have no cap."""
+    four an SM. H200 driver A/B in one run: 60x1024 dense 61.6 ms against 63.5, LAPACK geometric 78.8 against 80.9
+    (kernel time at 60x1024 mixed 21.4 against 23.2), though each thread spills 8 bytes; capped at 96 (five an SM,
+    144 bytes spilled) 69.7 and 87.2. Not set elsewhere: at 8x2048, whose 256 programs the SMs hold uncapped, 128
+    cost 111.8 ms against 84.7. Pallas's Triton compiler parameters have no cap."""
     if block_n != 1024:
         return None
     return _register_cap(programs, uncapped_an_sm=3, programs_an_sm=4, warps=OVER_LAUNCHES_PRODUCT_WARPS,
