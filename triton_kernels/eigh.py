@@ -721,6 +721,13 @@ def _split_panel(x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap,
     return x_ptr + matrix * n * n, cols, cols < n, members, inside, cluster, first_cluster, continued, start, next_start
 
 
+@triton.jit
+def _rows_at(x, rows, inside_rows, columns, n):
+    """x's rows `rows` at `columns` (earlier cluster members, read through L2), zero outside."""
+    return tl.load(x + rows[:, None] * n + columns[None, :], mask=inside_rows[:, None] & (columns < n)[None, :],
+                   other=0.0, cache_modifier=".cg")
+
+
 @triton.jit(do_not_specialize=["panel", "first_pass"])  # one compiled kernel for every panel and both passes
 def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
                                    group_gap, second_pass_below, n, panel, first_pass, BLOCK_N: tl.constexpr,
@@ -750,19 +757,17 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again
             columns = c0 + chunk
             block = tl.load(x + members[:, None] * n + columns[None, :],
                             mask=inside[:, None] & (columns < n)[None, :], other=0.0)
-            vectors = tl.load(x + earlier[:, None] * n + columns[None, :],
-                              mask=present[:, None] & (columns < n)[None, :], other=0.0, cache_modifier=".cg")
-            coefficients = tl.dot(block, tl.trans(vectors), coefficients, input_precision=PRECISION)
+            coefficients = tl.dot(block, tl.trans(_rows_at(x, earlier, present, columns, n)), coefficients,
+                                  input_precision=PRECISION)
             squares += tl.sum(block * block, axis=1)
         if first_pass != 0:  # the first pass projects the normalised panel (`_load_panel`)
             coefficients /= tl.maximum(tl.sqrt_rn(squares), 1e-30)[:, None]
         out = partial_ptr + (matrix * tl.num_programs(1) + share) * PANEL * n
         for c0 in range(0, n, CHUNK):
             columns = c0 + chunk
-            vectors = tl.load(x + earlier[:, None] * n + columns[None, :],
-                              mask=present[:, None] & (columns < n)[None, :], other=0.0, cache_modifier=".cg")
             tl.store(out + local[:, None] * n + columns[None, :],
-                     tl.dot(coefficients, vectors, input_precision=PRECISION), mask=(columns < n)[None, :])
+                     tl.dot(coefficients, _rows_at(x, earlier, present, columns, n), input_precision=PRECISION),
+                     mask=(columns < n)[None, :])
 
 
 @triton.jit(do_not_specialize=["panel", "first_pass"])
@@ -1154,6 +1159,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
     partial = _empty(batch, programs, PANEL, n, device=z.device)
     project_cap = _project_register_cap(batch * programs, block_n, z.device)
+    finish_warps = gram_schmidt_finish_warps(block_n)
     args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
     for panel in range(panels):
         for first_pass in (1, 0):
@@ -1162,7 +1168,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
                                                               PRECISION=GRAM_SCHMIDT_PRECISION,
                                                               num_warps=GRAM_SCHMIDT_WARPS, maxnreg=project_cap)
             _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    EARLIER=earlier, num_warps=gram_schmidt_finish_warps(block_n))
+                                                    EARLIER=earlier, num_warps=finish_warps)
     return z
 
 
