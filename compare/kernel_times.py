@@ -5,16 +5,21 @@
 
 The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdown is the
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
-on one input set; the table gives each kernel's mean time per call. For a Triton implementation
-it then lists what the GPU's Triton compiled each of its module's kernels to: warps, registers a
-thread and bytes of local memory (spills), one line per specialisation (XLA compiles the Pallas
-kernels out of reach). A --variant runs with the implementations named in --impl. An implementation
-that fails is reported on one line and the others still run (exit status 1).
+on one input set; the table gives each kernel's mean time per call and what its launches ran with,
+as the profiler's trace records it for every kernel, XLA's compiles of the Pallas kernels included:
+registers a thread, threads a block and shared memory a block (each distinct set, where a name has
+several specialisations). For a Triton implementation it then lists what the GPU's Triton compiled
+each of its module's kernels to: warps, registers a thread and bytes of local memory (spills), one
+line per specialisation (XLA's spills are out of reach). A --variant runs with the implementations
+named in --impl. An implementation that fails is reported on one line and the others still run
+(exit status 1).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from collections import defaultdict
 
 
@@ -30,28 +35,75 @@ def wait_for(output, on_gpu: bool = True) -> None:
         torch.cuda.synchronize()
 
 
-def profiled_calls(function, native_inputs, runs: int = 1):
-    """Call `function` `runs` times under torch.profiler; returns (last output, {kernel: total ms})."""
-    import torch
+def _profiled(function, native_inputs, runs: int):
+    """Call `function` `runs` times under torch.profiler; returns (last output, the profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(runs):
             out = function(native_inputs)
             wait_for(out)
+    return out, prof
+
+
+def _device_ms(prof) -> dict[str, float]:
+    """{kernel: total device ms} of a profiler's CUDA events."""
+    import torch
+
     totals = defaultdict(float)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             totals[event.name] += event.device_time / 1e3
-    return out, totals
+    return totals
+
+
+def profiled_calls(function, native_inputs, runs: int = 1):
+    """Call `function` `runs` times under torch.profiler; returns (last output, {kernel: total ms})."""
+    out, prof = _profiled(function, native_inputs, runs)
+    return out, _device_ms(prof)
+
+
+def _profiled_after_warm_up(function, native_inputs, runs: int):
+    """The profiler of `runs` calls after a warm-up call, waited for (otherwise a JAX call's kernels would still
+    run, and be counted, while the profiled calls start)."""
+    wait_for(function(native_inputs))
+    return _profiled(function, native_inputs, runs)[1]
+
+
+def _mean_ms(prof, runs: int) -> dict[str, float]:
+    return dict(sorted(((name, ms / runs) for name, ms in _device_ms(prof).items()), key=lambda item: -item[1]))
 
 
 def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
-    """Mean device time per call (ms) of each kernel the function launches, after a warm-up call (waited for:
-    otherwise a JAX call's kernels would still run, and be counted, while the profiled calls start)."""
-    wait_for(function(native_inputs))
-    _, totals = profiled_calls(function, native_inputs, runs)
-    return dict(sorted(((name, ms / runs) for name, ms in totals.items()), key=lambda item: -item[1]))
+    """Mean device time per call (ms) of each kernel the function launches, after a warm-up call."""
+    return _mean_ms(_profiled_after_warm_up(function, native_inputs, runs), runs)
+
+
+def launch_resources(trace_events) -> dict[str, list[tuple[int, int, int]]]:
+    """{kernel: sorted distinct (registers a thread, threads a block, shared memory bytes a block)} of the
+    kernel launches in a profiler trace's events (Chrome trace format; CUPTI records them for every kernel)."""
+    found = defaultdict(set)
+    for event in trace_events:
+        args = event.get("args", {})
+        if event.get("cat") == "kernel" and "registers per thread" in args:
+            threads = 1
+            for extent in args.get("block", [1]):
+                threads *= extent
+            found[event["name"]].add((args["registers per thread"], threads, args.get("shared memory", 0)))
+    return {name: sorted(launches) for name, launches in found.items()}
+
+
+def _traced_resources(prof) -> dict[str, list[tuple[int, int, int]]]:
+    with tempfile.TemporaryDirectory() as folder:
+        trace = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as file:
+            return launch_resources(json.load(file).get("traceEvents", []))
+
+
+def resources_text(launches: list[tuple[int, int, int]]) -> str:
+    """'168 regs 64 thr 0 B' for each distinct launch resource set, '; '-joined; '-' if none was recorded."""
+    return "; ".join(f"{regs} regs {threads} thr {shared} B" for regs, threads, shared in launches) or "-"
 
 
 def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
@@ -107,13 +159,14 @@ def report(impl, inputs, runs: int) -> bool:
 
     try:
         function = impl.load()
-        times = kernel_times(function, to_framework(impl.framework, inputs), runs)
+        prof = _profiled_after_warm_up(function, to_framework(impl.framework, inputs), runs)
+        times, resources = _mean_ms(prof, runs), _traced_resources(prof)
     except Exception as error:  # noqa: BLE001 - reported; the next implementation runs
         print(f"{impl.name}: failed: {error_text(error)}")
         return False
     print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
     for kernel, ms in times.items():
-        print(f"  {ms:9.3f} ms  {kernel[:100]}")
+        print(f"  {ms:9.3f} ms  {resources_text(resources.get(kernel, [])):30s}  {kernel[:100]}")
     if impl.language == "triton":
         for kernel, warps, registers, spilled in compiled_kernels(function):
             print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")

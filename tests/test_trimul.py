@@ -417,6 +417,56 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
     assert waited == ["Q1", "L1", "Q2", "L2", "Q3", "L3"]
 
 
+def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeypatch, capsys):
+    # CUPTI's records in the profiler's Chrome trace give every kernel's registers, block and shared memory, XLA's
+    # included; a name launched with two specialisations lists both, and a kernel the trace has no record of a dash
+    import json
+
+    from compare.kernel_times import launch_resources, report
+
+    events = [
+        {"cat": "kernel", "name": "eigh_bisect", "args": {"registers per thread": 38, "block": [32, 1, 1],
+                                                          "shared memory": 0}},
+        {"cat": "kernel", "name": "eigh_bisect", "args": {"registers per thread": 38, "block": [32, 1, 1],
+                                                          "shared memory": 0}},
+        {"cat": "kernel", "name": "inverse", "args": {"registers per thread": 60, "block": [32, 1, 1]}},
+        {"cat": "kernel", "name": "inverse", "args": {"registers per thread": 52, "block": [16, 2, 1],
+                                                      "shared memory": 512}},
+        {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"registers per thread": 1}},
+        {"cat": "kernel", "name": "memcpy", "args": {}},
+    ]
+    assert launch_resources(events) == {"eigh_bisect": [(38, 32, 0)], "inverse": [(52, 32, 512), (60, 32, 0)]}
+
+    class FakeProfiler:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exception):
+            return False
+
+        def events(self):
+            return [SimpleNamespace(name=name, device_type=torch.autograd.DeviceType.CUDA, device_time=us)
+                    for name, us in (("eigh_bisect", 4000.0), ("inverse", 2000.0), ("memcpy", 1000.0))]
+
+        def export_chrome_trace(self, path):
+            with open(path, "w") as file:
+                json.dump({"traceEvents": events}, file)
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    impl = SimpleNamespace(name="pallas", framework="torch", language="pallas", load=lambda: lambda inputs: inputs)
+    assert report(impl, (torch.zeros(2),), runs=1) is True
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pallas: 7.000 ms in kernels"
+    assert lines[1].split() == ["4.000", "ms", "38", "regs", "32", "thr", "0", "B", "eigh_bisect"]
+    assert lines[2].split() == ["2.000", "ms", "52", "regs", "32", "thr", "512", "B;", "60", "regs", "32", "thr", "0",
+                                "B", "inverse"]
+    assert lines[3].split() == ["1.000", "ms", "-", "memcpy"]
+
+
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
 def test_kernel_times_rejects_bad_variants_with_code_2(tmp_path, capsys, variant):
     from compare.kernel_times import main as kernel_times_main
