@@ -375,6 +375,31 @@ def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     assert capsys.readouterr().out == expected
 
 
+def fake_profiler(recorded, trace_events=()):
+    """A stand-in for torch.profiler.profile, which refuses to trace CUDA where there is none: its events() are
+    `recorded` ((name, device microseconds[, "CPU"]), CUDA unless named), its Chrome trace `trace_events`."""
+    class FakeProfiler:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exception):
+            return False
+
+        def events(self):
+            return [SimpleNamespace(name=name, device_time=us,
+                                    device_type=getattr(torch.autograd.DeviceType, kind[0] if kind else "CUDA"))
+                    for name, us, *kind in recorded]
+
+        def export_chrome_trace(self, path):
+            with open(path, "w") as file:
+                json.dump({"traceEvents": list(trace_events)}, file)
+
+    return FakeProfiler
+
+
 def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkeypatch):
     # A JAX call returns before its kernels have run: unless the warm-up is waited for, its kernels run (and are
     # counted) while the profiled calls start; and each array of a tuple output is waited for, not only a lone one.
@@ -396,22 +421,9 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
         calls.append(inputs)
         return Pending(f"Q{len(calls)}"), Pending(f"L{len(calls)}")
 
-    class FakeProfiler:  # torch.profiler refuses to trace CUDA where there is none: here two recorded events
-        def __init__(self, activities):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exception):
-            return False
-
-        def events(self):  # device_time in microseconds; only CUDA events count
-            return [SimpleNamespace(name="kernel", device_type=torch.autograd.DeviceType.CUDA, device_time=3000.0),
-                    SimpleNamespace(name="host", device_type=torch.autograd.DeviceType.CPU, device_time=5000.0)]
-
+    # device_time in microseconds; only CUDA events count
+    monkeypatch.setattr(torch.profiler, "profile", fake_profiler([("kernel", 3000.0), ("host", 5000.0, "CPU")]))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    monkeypatch.setattr(torch.profiler, "profile", FakeProfiler)
     assert kernel_times(jax_like, "inputs", runs=2) == {"kernel": 1.5}
     assert calls == ["inputs"] * 3
     assert waited == ["Q1", "L1", "Q2", "L2", "Q3", "L3"]
@@ -420,8 +432,6 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
 def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeypatch, capsys):
     # CUPTI's records in the profiler's Chrome trace give every kernel's registers, block and shared memory, XLA's
     # included; a name launched with two specialisations lists both, and a kernel the trace has no record of a dash
-    import json
-
     from compare.kernel_times import launch_resources, report
 
     events = [
@@ -437,25 +447,8 @@ def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeyp
     ]
     assert launch_resources(events) == {"eigh_bisect": [(38, 32, 0)], "inverse": [(52, 32, 512), (60, 32, 0)]}
 
-    class FakeProfiler:
-        def __init__(self, activities):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exception):
-            return False
-
-        def events(self):
-            return [SimpleNamespace(name=name, device_type=torch.autograd.DeviceType.CUDA, device_time=us)
-                    for name, us in (("eigh_bisect", 4000.0), ("inverse", 2000.0), ("memcpy", 1000.0))]
-
-        def export_chrome_trace(self, path):
-            with open(path, "w") as file:
-                json.dump({"traceEvents": events}, file)
-
-    monkeypatch.setattr(torch.profiler, "profile", FakeProfiler)
+    monkeypatch.setattr(torch.profiler, "profile",
+                        fake_profiler([("eigh_bisect", 4000.0), ("inverse", 2000.0), ("memcpy", 1000.0)], events))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     impl = SimpleNamespace(name="pallas", framework="torch", language="pallas", load=lambda: lambda inputs: inputs)
     assert report(impl, (torch.zeros(2),), runs=1) is True
