@@ -460,6 +460,23 @@ def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeyp
     assert lines[3].split() == ["1.000", "ms", "-", "memcpy"]
 
 
+def test_kernel_times_keeps_the_times_when_the_trace_cannot_be_read(monkeypatch, capsys):
+    from compare.kernel_times import report
+
+    class Untraced(fake_profiler([("eigh_bisect", 4000.0)])):
+        def export_chrome_trace(self, path):
+            raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch.profiler, "profile", Untraced)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    impl = SimpleNamespace(name="pallas", framework="torch", language="pallas", load=lambda: lambda inputs: inputs)
+    assert report(impl, (torch.zeros(2),), runs=1) is True
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pallas: launch resources unavailable: OSError: No space left on device"
+    assert lines[1] == "pallas: 4.000 ms in kernels"
+    assert lines[2].split() == ["4.000", "ms", "-", "eigh_bisect"]
+
+
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
 def test_kernel_times_rejects_bad_variants_with_code_2(tmp_path, capsys, variant):
     from compare.kernel_times import main as kernel_times_main

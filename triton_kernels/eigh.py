@@ -988,9 +988,9 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     matrices run in one wave instead of two. H200, driver A/B in one run, 640x512 dense: kernel 38.7 ms against
     48.2, whole call 84.0 against 93.6, though each thread spills 72 bytes. Not set where it was not measured:
     fewer programs, other padded sizes (the register count differs); with 16-row tiles on 4 warps (few
-    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port's kernel compiles to 168 registers uncapped
-    in an sm_90 compile by the CPU's Triton 3.9 (XLA's Triton on the GPU was not read), and its Triton compiler
-    parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
+    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port's kernel runs with 168 registers uncapped
+    (XLA's Triton on the H200, as the profiler's trace records it: `compare.kernel_times`), and its Triton
+    compiler parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     return _register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
