@@ -50,9 +50,10 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, column_panel_chunk,
-                        gram_schmidt_finish_warps, gram_schmidt_shares, jacobi_size, one_launch, product_programs,
-                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
+                        check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
+                        jacobi_size, one_launch, product_programs, shares_the_sms, split_gram_schmidt,
+                        tridiagonal_tile, validate, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
 # time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
@@ -168,18 +169,34 @@ def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
     return vectors, values
 
 
-def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
-    """As the Triton port's `_symmetrize_kernel`: program (b, block), rows [block R, (block + 1) R)
-    (R = rows_per_tile) of w = (A + A^T) / 2, and their max |A| in partial[b, block] (the
-    tridiagonalisation's first panel scales by the largest)."""
-    block = pl.program_id(1)
-    r0 = block * rows_per_tile
+def _rows_and_transpose(a_ref, *, n, block_n, rows_per_tile):
+    """As the Triton port's `_rows_and_transpose`: program (b, block)'s rows [block R, (block + 1) R)
+    (R = rows_per_tile) of A_b, the same of A_b^T, their mask and the rows' first index."""
+    r0 = pl.program_id(1) * rows_per_tile
     rows, cols = r0 + jnp.arange(rows_per_tile), jnp.arange(block_n)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
     tile = _load(a_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], mask)
     transposed = _load(a_ref.at[cols[None, :], rows[:, None]], mask)
+    return tile, transposed, mask, r0
+
+
+def _input_bounds_kernel(a_ref, nonfinite_ref, largest_ref, asymmetry_ref, *, n, block_n, rows_per_tile):
+    """As the Triton port's `_input_bounds_kernel`: of program (b, block)'s rows of A_b, the entries that are not
+    finite, max |A| and max |A - A^T|, each in its output's [b, block]."""
+    tile, transposed, _, _ = _rows_and_transpose(a_ref, n=n, block_n=block_n, rows_per_tile=rows_per_tile)
+    block = pl.program_id(1)
+    nonfinite_ref[block] = jnp.sum(jnp.sum(jnp.where(jnp.abs(tile) < jnp.inf, 0.0, 1.0), axis=1), axis=0)
+    largest_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
+    asymmetry_ref[block] = jnp.max(jnp.max(jnp.abs(tile - transposed), axis=1), axis=0)
+
+
+def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
+    """As the Triton port's `_symmetrize_kernel`: program (b, block), rows [block R, (block + 1) R)
+    (R = rows_per_tile) of w = (A + A^T) / 2, and their max |A| in partial[b, block] (the
+    tridiagonalisation's first panel scales by the largest)."""
+    tile, transposed, mask, r0 = _rows_and_transpose(a_ref, n=n, block_n=block_n, rows_per_tile=rows_per_tile)
     pltriton.store(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], 0.5 * tile + 0.5 * transposed, mask=mask)
-    partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
+    partial_ref[pl.program_id(1)] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
 
 
 def _householder(row, k, cols):
@@ -1289,12 +1306,35 @@ def _eigh(a, *, interpret):
     return jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1)
 
 
+@functools.partial(jax.jit, static_argnames=("interpret",))
+def _input_bounds(a, *, interpret):
+    """(entries that are not finite, max |A|, max |A - A^T|) over the batch, from one pallas_call that reads each
+    row block of A and of A^T (`ports.eigh.check_values`)."""
+    batch, n, _ = a.shape
+    block_n = pl.next_power_of_2(n)
+    rows = max(1, TILE // block_n)
+    blocks = pl.cdiv(n, rows)
+    bounds = pl.pallas_call(
+        functools.partial(_input_bounds_kernel, n=n, block_n=block_n, rows_per_tile=rows),
+        out_shape=(_f32((batch, blocks)),) * 3, grid=(batch, blocks), in_specs=[_per_matrix(n, n)],
+        out_specs=(_per_matrix(blocks),) * 3, compiler_params=pltriton.CompilerParams(num_warps=8),
+        interpret=interpret, name="eigh_input_bounds",
+    )(a)
+    return jnp.stack([jnp.max(bound) for bound in bounds])
+
+
 def eigh(a):
     """(Q, L) for a [batch, n, n] float32 symmetric JAX array: A Q = Q diag(L), L ascending.
 
     Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere.
     """
-    validate(a)
-    if a.shape[0] == 0:
+    check_shape(a)
+    if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
-    return _eigh(a, interpret=jax.default_backend() != "gpu")
+    interpret = jax.default_backend() != "gpu"
+    if a.shape[1] > JACOBI_MAX_N:
+        nonfinite, largest, asymmetry = jax.device_get(_input_bounds(a, interpret=interpret)).tolist()
+        check_values(nonfinite == 0, largest, asymmetry)
+    else:  # torch's reductions through DLPack: there a second jitted call cost more than it saved (H200, 20x32:
+        validate(a)  # 1.51 ms a call against 1.22; results/h200/NOTES.md)
+    return _eigh(a, interpret=interpret)

@@ -65,10 +65,16 @@ def test_eigenvalue_gate_compares_with_float64_eigenvalues():
     assert not verdict.passed and "eigenvalues" in verdict.reason
 
 
-def _symmetric_with(value):
-    """Two 5 x 5 identities, the second with one symmetric pair of entries set to value."""
-    a = torch.eye(5).repeat(2, 1, 1)
-    a[1, 2, 3] = a[1, 3, 2] = value
+def _symmetric_with(value, n=5):
+    """Two n x n identities, the second with one symmetric pair of entries set to value."""
+    a = torch.eye(n).repeat(2, 1, 1)
+    a[1, 2, n - 2] = a[1, n - 2, 2] = value
+    return a
+
+
+def _asymmetric(n):
+    a = torch.eye(n).repeat(2, 1, 1)
+    a[1, n - 1, 0] = 0.5  # its mirror stays 0
     return a
 
 
@@ -81,6 +87,8 @@ def _symmetric_with(value):
     (_symmetric_with(float("inf")), "NaN or Inf"),
     (_symmetric_with(-float("inf")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
+    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N, the ports' own kernels check
+    (_asymmetric(72), "not symmetric"),
 ])
 @pytest.mark.parametrize("impl", ["torch", "jax", "triton", "pallas"])
 def test_bad_input_is_named(impl, bad, message):
@@ -417,9 +425,9 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     jax = pytest.importorskip("jax")
     from pallas_kernels import eigh as pallas_eigh
     a = jax.numpy.zeros((batch, n, n), jax.numpy.float32)
-    lowered = jax.jit(functools.partial(pallas_eigh._eigh, interpret=False)).trace(a).lower(
-        lowering_platforms=("cuda",))
-    assert "triton" in lowered.as_text()
+    for step in (pallas_eigh._input_bounds, pallas_eigh._eigh):  # the input's checks, then the decomposition
+        lowered = jax.jit(functools.partial(step, interpret=False)).trace(a).lower(lowering_platforms=("cuda",))
+        assert "triton" in lowered.as_text()
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")

@@ -58,10 +58,10 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
-                        TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, column_panel_chunk,
-                        gram_schmidt_finish_warps, gram_schmidt_shares, jacobi_size, jacobi_warps, one_launch,
-                        product_programs, shares_the_sms, split_gram_schmidt, tridiagonal_tile, validate,
-                        vector_panel_warps)
+                        TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, check_shape,
+                        check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
+                        jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
+                        split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -123,9 +123,9 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
 
 
 @triton.jit
-def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, and their max |A| in
-    partial[b, block] (the tridiagonalisation's first panel scales by the largest)."""
+def _rows_and_transpose(a_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Program (b, block)'s rows [block ROWS, (block + 1) ROWS) of A_b, the same of A_b^T, their mask and the
+    rows' offsets in a matrix."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
@@ -133,8 +133,28 @@ def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS
     src = a_ptr + matrix * n * n
     tile = tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)
     transposed = tl.load(src + cols[None, :] * n + rows[:, None], mask=mask, other=0.0)
-    tl.store(w_ptr + matrix * n * n + rows[:, None] * n + cols[None, :], 0.5 * tile + 0.5 * transposed, mask=mask)
-    tl.store(partial_ptr + matrix * tl.num_programs(1) + tl.program_id(1), tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    return tile, transposed, mask, matrix * n * n + rows[:, None] * n + cols[None, :]
+
+
+@triton.jit
+def _input_bounds_kernel(a_ptr, bounds_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Program (b, block): of rows [block ROWS, (block + 1) ROWS) of A_b, the entries that are not finite, max |A|
+    and max |A - A^T| in bounds[b, block, :3] (`_check_values`)."""
+    tile, transposed, _, _ = _rows_and_transpose(a_ptr, n, BLOCK_N, ROWS)
+    out = bounds_ptr + (tl.program_id(0).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)) * 3
+    tl.store(out, tl.sum(tl.sum(tl.where(tl.abs(tile) < float("inf"), 0.0, 1.0), axis=1), axis=0))
+    tl.store(out + 1, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    tl.store(out + 2, tl.max(tl.max(tl.abs(tile - transposed), axis=1), axis=0))
+
+
+@triton.jit
+def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, and their max |A| in
+    partial[b, block] (the tridiagonalisation's first panel scales by the largest)."""
+    tile, transposed, mask, offsets = _rows_and_transpose(a_ptr, n, BLOCK_N, ROWS)
+    tl.store(w_ptr + offsets, 0.5 * tile + 0.5 * transposed, mask=mask)
+    tl.store(partial_ptr + tl.program_id(0).to(tl.int64) * tl.num_programs(1) + tl.program_id(1),
+             tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
 
 
 @triton.jit
@@ -1221,12 +1241,28 @@ def _tridiagonal_replayed(a: torch.Tensor):
     return q.clone(), values.clone()  # the graph's buffers are overwritten by the next call
 
 
+def _check_values(a: torch.Tensor) -> None:
+    """`ports.eigh.check_values` from one launch that reads each row block of A and of A^T, and one
+    synchronisation."""
+    batch, n, _ = a.shape
+    block_n = triton.next_power_of_2(n)
+    rows = max(1, TILE // block_n)
+    blocks = triton.cdiv(n, rows)
+    bounds = torch.zeros(batch, blocks, 3, device=a.device)  # every program writes its three; zeros let a launch
+    # that is compiled and not run (`compare.hopper_compile`) pass the check
+    _input_bounds_kernel[(batch, blocks)](a, bounds, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
+    nonfinite, largest, asymmetry = bounds.amax(dim=(0, 1)).tolist()
+    check_values(nonfinite == 0, largest, asymmetry)
+
+
 def eigh(a: torch.Tensor):
     """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending."""
-    validate(a)
+    check_shape(a)
     batch, n, _ = a.shape
-    if batch == 0:
-        return torch.empty_like(a), torch.empty((0, n), device=a.device, dtype=a.dtype)
+    if batch == 0 or n == 0:
+        return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
+    a = a.contiguous()
+    _check_values(a)
     if n > JACOBI_MAX_N:
         if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
             return _tridiagonal_replayed(a)
