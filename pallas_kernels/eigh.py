@@ -32,7 +32,9 @@ number of programs throughout, programs past the trailing matrix's last tile idl
 port sizes each launch to its column; unrolling n launches in Python would compile for too long at n = 2048); the
 barriers (pltriton.debug_barrier) are left out under the interpreter, which has no lowering for
 them and runs each program in order; and the loads of what a program wrote itself carry no ".cg"
-cache modifier (this JAX's Triton lowering rejects every cache modifier).
+cache modifier (this JAX's Triton lowering rejects every cache modifier). The input's checks (NaN or Inf,
+max |A - A^T|) run in `_input_bounds_kernel`, a jitted call and a synchronisation of their own, above n = 64 only:
+below it that call cost more than torch's reductions (`ports.eigh.validate`), which check there.
 """
 from __future__ import annotations
 
@@ -52,8 +54,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
-                        jacobi_size, one_launch, product_programs, shares_the_sms, split_gram_schmidt,
-                        tridiagonal_tile, validate, vector_panel_warps)
+                        jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
+                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
 # time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
@@ -171,7 +173,7 @@ def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
 
 def _rows_and_transpose(a_ref, *, n, block_n, rows_per_tile):
     """As the Triton port's `_rows_and_transpose`: program (b, block)'s rows [block R, (block + 1) R)
-    (R = rows_per_tile) of A_b, the same of A_b^T, their mask and the rows' first index."""
+    (R = rows_per_tile) of A_b, the same of A_b^T, their mask and the first row's index."""
     r0 = pl.program_id(1) * rows_per_tile
     rows, cols = r0 + jnp.arange(rows_per_tile), jnp.arange(block_n)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
@@ -1049,9 +1051,7 @@ def _reduce(a, single=None, *, interpret):
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
     ports.eigh.one_launch); otherwise the same panels over launches (`_reduce_in_panels`)."""
     batch, n, _ = a.shape
-    block_n = pl.next_power_of_2(n)
-    rows = max(1, TILE // block_n)
-    blocks = pl.cdiv(n, rows)
+    block_n, rows, blocks = row_blocks(n)
     w, partial = pl.pallas_call(
         functools.partial(_symmetrize_kernel, n=n, block_n=block_n, rows_per_tile=rows),
         out_shape=(_f32((batch, n, n)), _f32((batch, blocks))), grid=(batch, blocks), in_specs=[_per_matrix(n, n)],
@@ -1311,9 +1311,7 @@ def _input_bounds(a, *, interpret):
     """(entries that are not finite, max |A|, max |A - A^T|) over the batch, from one pallas_call that reads each
     row block of A and of A^T (`ports.eigh.check_values`)."""
     batch, n, _ = a.shape
-    block_n = pl.next_power_of_2(n)
-    rows = max(1, TILE // block_n)
-    blocks = pl.cdiv(n, rows)
+    block_n, rows, blocks = row_blocks(n)
     bounds = pl.pallas_call(
         functools.partial(_input_bounds_kernel, n=n, block_n=block_n, rows_per_tile=rows),
         out_shape=(_f32((batch, blocks)),) * 3, grid=(batch, blocks), in_specs=[_per_matrix(n, n)],

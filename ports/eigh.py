@@ -249,7 +249,8 @@ def check_shape(a) -> None:
 
 def check_values(finite: bool, largest: float, asymmetry: float) -> None:
     """Raise a ValueError naming the problem unless A's entries are all finite and max |A - A^T| (asymmetry) is
-    within SYMMETRY_TOLERANCE of max |A| (largest). The ports compute the three in a kernel of their own."""
+    within SYMMETRY_TOLERANCE of max |A| (largest). The ports compute the three in a kernel of their own (the Pallas
+    port above JACOBI_MAX_N only; `validate` otherwise)."""
     if not finite:
         raise ValueError("A contains NaN or Inf")
     if asymmetry > SYMMETRY_TOLERANCE * max(largest, 1e-300):
@@ -257,7 +258,8 @@ def check_values(finite: bool, largest: float, asymmetry: float) -> None:
 
 
 def validate(a) -> None:
-    """The baselines' checks (`check_shape`, `check_values`) by torch reductions."""
+    """`check_shape` and `check_values` by torch reductions: the baselines' checks, and the Pallas port's at n <=
+    JACOBI_MAX_N."""
     check_shape(a)
     a = a if isinstance(a, torch.Tensor) else torch.from_dlpack(a)  # a JAX array, viewed without a copy
     if not a.numel():
@@ -428,6 +430,14 @@ def check_offsets(batch: int, size: int, per_matrix: int = 1) -> None:
     if batch * per_matrix * size * size >= 2**31:
         raise ValueError(f"the eigh kernels index with 32-bit offsets: batch * {per_matrix} * padded n^2 must be below "
                          f"2**31, got batch = {batch}, padded n = {size}")
+
+
+def row_blocks(n: int) -> tuple[int, int, int]:
+    """(padded n, rows a block, blocks a matrix) of the kernels that read A and A^T a row block of TILE elements at a
+    time (the symmetrize and input-check kernels)."""
+    block_n = 1 << (n - 1).bit_length()
+    rows = max(1, TILE // block_n)
+    return block_n, rows, -(-n // rows)
 
 
 def one_launch(batch: int, n: int) -> bool:

@@ -87,7 +87,8 @@ def _asymmetric(n):
     (_symmetric_with(float("inf")), "NaN or Inf"),
     (_symmetric_with(-float("inf")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
-    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N, the ports' own kernels check
+    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N the Pallas port checks in its kernel
+    (_symmetric_with(float("inf"), 72), "NaN or Inf"),  # too (the Triton port does at every n)
     (_asymmetric(72), "not symmetric"),
 ])
 @pytest.mark.parametrize("impl", ["torch", "jax", "triton", "pallas"])
@@ -403,9 +404,19 @@ def test_port_takes_matrices_symmetric_only_up_to_roundoff(port):
 
 
 @pytest.mark.parametrize("port", PORTS)
-def test_port_takes_an_empty_batch(port):
-    q, values = ports.custom_kernel("eigh", port)(torch.zeros((0, 8, 8), device=DEVICE))
-    assert q.shape == (0, 8, 8) and values.shape == (0, 8)
+@pytest.mark.parametrize("shape", [(0, 8, 8), (2, 0, 0)], ids=["no-matrices", "empty-matrices"])
+def test_port_takes_an_empty_batch(port, shape):
+    q, values = ports.custom_kernel("eigh", port)(torch.zeros(shape, device=DEVICE))
+    assert tuple(q.shape) == shape and tuple(values.shape) == shape[:2]
+
+
+def test_triton_port_reads_a_strided_view():
+    # the ports index contiguous rows: a view into a larger tensor must be read through its strides
+    a = spec.make_inputs(spec._case(2, 72, 1, 5, "dense"), 5, DEVICE)
+    larger = torch.full((2, 80, 80), float("nan"), device=DEVICE)
+    larger[:, :72, :72] = a
+    verdict = spec.check(a, ports.custom_kernel("eigh", "triton")(larger[:, :72, :72]), spec.reference(a))
+    assert verdict.passed, verdict.reason
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="GPU MODE's test cases need a GPU")
@@ -425,7 +436,8 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     jax = pytest.importorskip("jax")
     from pallas_kernels import eigh as pallas_eigh
     a = jax.numpy.zeros((batch, n, n), jax.numpy.float32)
-    for step in (pallas_eigh._input_bounds, pallas_eigh._eigh):  # the input's checks, then the decomposition
+    steps = (pallas_eigh._input_bounds, pallas_eigh._eigh) if n > spec.JACOBI_MAX_N else (pallas_eigh._eigh,)
+    for step in steps:  # the input's checks (above JACOBI_MAX_N), then the decomposition
         lowered = jax.jit(functools.partial(step, interpret=False)).trace(a).lower(lowering_platforms=("cuda",))
         assert "triton" in lowered.as_text()
 

@@ -16,6 +16,9 @@ magnitudes); both members of a pair compute their rotation from the same average
 A[p, q], so they agree on it exactly. Sweeps stop once every off-diagonal element is below eps;
 the launcher sorts the eigenvalues (glue).
 
+Every call first checks the input (NaN or Inf, max |A - A^T| against max |A|) in `_input_bounds_kernel`: one read
+of each row block of A and of A^T, then one synchronisation, before any other kernel runs.
+
 n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
 1. `_symmetrize_kernel`, then Householder reflectors T = H^T (A / max|A|) H, the trailing matrix
@@ -57,10 +60,10 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
                         PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
-                        SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE,
+                        SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
-                        jacobi_size, jacobi_warps, one_launch, product_programs, shares_the_sms,
+                        jacobi_size, jacobi_warps, one_launch, product_programs, row_blocks, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
@@ -124,8 +127,8 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
 
 @triton.jit
 def _rows_and_transpose(a_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Program (b, block)'s rows [block ROWS, (block + 1) ROWS) of A_b, the same of A_b^T, their mask and the
-    rows' offsets in a matrix."""
+    """Program (b, block)'s rows [block ROWS, (block + 1) ROWS) of A_b, the same of A_b^T, their mask and their
+    offsets in the batch."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
@@ -1047,9 +1050,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     ports.eigh.one_launch); otherwise the same blocking over launches: two a column (the column's product
     p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
     batch, n, _ = a.shape
-    block_n = triton.next_power_of_2(n)
-    rows = max(1, TILE // block_n)
-    blocks = triton.cdiv(n, rows)
+    block_n, rows, blocks = row_blocks(n)
     w, partial = _empty(batch, n, n, device=a.device), _empty(batch, blocks, device=a.device)
     d, e, tau = (_empty(batch, n, device=a.device) for _ in range(3))
     scale = _empty(batch, device=a.device)
@@ -1245,9 +1246,7 @@ def _check_values(a: torch.Tensor) -> None:
     """`ports.eigh.check_values` from one launch that reads each row block of A and of A^T, and one
     synchronisation."""
     batch, n, _ = a.shape
-    block_n = triton.next_power_of_2(n)
-    rows = max(1, TILE // block_n)
-    blocks = triton.cdiv(n, rows)
+    block_n, rows, blocks = row_blocks(n)
     bounds = torch.zeros(batch, blocks, 3, device=a.device)  # every program writes its three; zeros let a launch
     # that is compiled and not run (`compare.hopper_compile`) pass the check
     _input_bounds_kernel[(batch, blocks)](a, bounds, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
