@@ -51,7 +51,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
-                        REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TILE, TRIDIAGONAL_COLS,
+                        REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
                         jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
@@ -1084,9 +1084,8 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
     """As the Triton port's multi-launch blocked path of `_reduce`, in jax.lax.fori_loops over the panels
     and their columns: (w, d, e, tau, scale). programs: the product's programs per matrix (column 0's)."""
     batch, n, _ = w.shape
-    block_n = pl.next_power_of_2(n)
-    rows, nb = max(1, TILE // block_n), TRIDIAGONAL_PANEL
-    blocks = partial.shape[1]
+    block_n, rows, blocks = row_blocks(n)  # the symmetrize kernel's, whose partial sums the column kernel reads
+    nb = TRIDIAGONAL_PANEL
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * nb + 1, block_n))  # w, d, e, tau, scale, panel
     matrix, scalar, panel = _per_matrix(n, n), _per_matrix(), _per_matrix(2 * nb + 1, block_n)
 

@@ -220,8 +220,8 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
     # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
     # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
     kernels = importlib.import_module(f"{port}_kernels.eigh")
+    monkeypatch.setattr(spec, "TILE", 256)  # the ports' row blocks (`row_blocks`)
     for module in (spec, kernels):
-        monkeypatch.setattr(module, "TILE", 256)
         monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
     for module in (spec, kernels) if port == "triton" else (spec,):
         monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
