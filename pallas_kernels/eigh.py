@@ -32,9 +32,8 @@ number of programs throughout, programs past the trailing matrix's last tile idl
 port sizes each launch to its column; unrolling n launches in Python would compile for too long at n = 2048); the
 barriers (pltriton.debug_barrier) are left out under the interpreter, which has no lowering for
 them and runs each program in order; and the loads of what a program wrote itself carry no ".cg"
-cache modifier (this JAX's Triton lowering rejects every cache modifier). The input's checks (NaN or Inf,
-max |A - A^T|) run in `_input_bounds_kernel`, a jitted call and a synchronisation of their own, above n = 64 only:
-below it that call cost more than torch's reductions (`ports.eigh.validate`), which check there.
+cache modifier (this JAX's Triton lowering rejects every cache modifier). The input's checks come, as in the
+Triton port, from the kernels that read A first (`_checked`); the call reads their bounds after its jitted call.
 """
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
                         jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
-                        split_gram_schmidt, tridiagonal_tile, validate, vector_panel_warps)
+                        split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
 # time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
@@ -91,17 +90,30 @@ def _load(ref, mask, other=0.0):
     return pltriton.load(ref, mask=mask, other=other)
 
 
-def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
-    """Diagonalises one size x size matrix. Each round writes A and V to exchange_ref (two slots, used in
-    turn from round to round, across sweeps too, so that a round's writes never race the previous round's
-    reads) and reads back the partners' rows and columns at gathered indices: one barrier a round."""
+def _checked(tile, transposed, bounds_ref, first):
+    """As the Triton port's `_checked`: the tile of A and the same of A^T with the entries that are not finite
+    zeroed; of the tile as read, the count of such entries, max |A| and max |A - A^T| in bounds[first:first + 3]."""
+    finite = jnp.abs(tile) < jnp.inf  # NaN fails the comparison too
+    bounds_ref[first] = jnp.sum(jnp.sum(jnp.where(finite, 0.0, 1.0), axis=1), axis=0)
+    tile = jnp.where(finite, tile, 0.0)
+    transposed = jnp.where(jnp.abs(transposed) < jnp.inf, transposed, 0.0)
+    bounds_ref[first + 1] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)  # one axis at a time, as Triton reduces
+    bounds_ref[first + 2] = jnp.max(jnp.max(jnp.abs(tile - transposed), axis=1), axis=0)
+    return tile, transposed
+
+
+def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
+    """Diagonalises one size x size matrix (its checks' bounds in bounds_ref). Each round writes A and V to
+    exchange_ref (two slots, used in turn from round to round, across sweeps too, so that a round's writes never
+    race the previous round's reads) and reads back the partners' rows and columns at gathered indices: one
+    barrier a round."""
     rows = jnp.arange(size)
     a = a_ref[...]
+    a, transposed = _checked(a, a.T, bounds_ref, 0)
     eye = rows[:, None] == rows[None, :]
-    scale = jnp.max(jnp.max(jnp.abs(a), axis=1), axis=0)  # one axis at a time, as Triton reduces
+    scale = jnp.max(jnp.max(jnp.abs(a), axis=1), axis=0)
     scale = jnp.where(scale > 0, scale, 1.0)
-    a = a / scale
-    a = 0.5 * (a + a.T)
+    a = 0.5 * (a / scale + transposed / scale)
 
     def diagonal_of(a):
         return jnp.sum(jnp.where(eye, a, 0.0), axis=1)
@@ -154,51 +166,35 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, exchange_ref, *, size, max_sweeps, toler
 
 
 def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
-    """(V, diagonal) of the on-chip Jacobi, unsorted, for each matrix of a [batch, N, N]."""
+    """(V, diagonal, the checks' bounds [batch, 3]) of the on-chip Jacobi, unsorted, for each matrix of a
+    [batch, N, N]."""
     count, size, _ = a.shape
-    vectors, values, _ = pl.pallas_call(
+    vectors, values, bounds, _ = pl.pallas_call(
         functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS, interpret=interpret),
-        out_shape=(jax.ShapeDtypeStruct((count, size, size), jnp.float32),
-                   jax.ShapeDtypeStruct((count, size), jnp.float32),
-                   jax.ShapeDtypeStruct((count, JACOBI_EXCHANGE_SLOTS, size, size), jnp.float32)),  # the exchange's buffer
-        grid=(count,),
-        in_specs=[pl.BlockSpec((None, size, size), lambda i: (i, 0, 0))],
-        out_specs=(pl.BlockSpec((None, size, size), lambda i: (i, 0, 0)), pl.BlockSpec((None, size), lambda i: (i, 0)),
-                   pl.BlockSpec((None, JACOBI_EXCHANGE_SLOTS, size, size), lambda i: (i, 0, 0, 0))),
+        out_shape=(_f32((count, size, size)), _f32((count, size)), _f32((count, 3)),
+                   _f32((count, JACOBI_EXCHANGE_SLOTS, size, size))),  # the exchange's buffer
+        grid=(count,), in_specs=[_per_matrix(size, size)],
+        out_specs=(_per_matrix(size, size), _per_matrix(size), _per_matrix(3),
+                   _per_matrix(JACOBI_EXCHANGE_SLOTS, size, size)),
         compiler_params=pltriton.CompilerParams(num_warps=JACOBI_EXCHANGE_WARPS, num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a)
-    return vectors, values
+    return vectors, values, bounds
 
 
-def _rows_and_transpose(a_ref, *, n, block_n, rows_per_tile):
-    """As the Triton port's `_rows_and_transpose`: program (b, block)'s rows [block R, (block + 1) R)
-    (R = rows_per_tile) of A_b, the same of A_b^T, their mask and the first row's index."""
-    r0 = pl.program_id(1) * rows_per_tile
-    rows, cols = r0 + jnp.arange(rows_per_tile), jnp.arange(block_n)
-    mask = (rows < n)[:, None] & (cols < n)[None, :]
-    tile = _load(a_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], mask)
-    transposed = _load(a_ref.at[cols[None, :], rows[:, None]], mask)
-    return tile, transposed, mask, r0
-
-
-def _input_bounds_kernel(a_ref, nonfinite_ref, largest_ref, asymmetry_ref, *, n, block_n, rows_per_tile):
-    """As the Triton port's `_input_bounds_kernel`: of program (b, block)'s rows of A_b, the entries that are not
-    finite, max |A| and max |A - A^T|, each in its output's [b, block]."""
-    tile, transposed, _, _ = _rows_and_transpose(a_ref, n=n, block_n=block_n, rows_per_tile=rows_per_tile)
-    block = pl.program_id(1)
-    nonfinite_ref[block] = jnp.sum(jnp.sum(jnp.where(jnp.abs(tile) < jnp.inf, 0.0, 1.0), axis=1), axis=0)
-    largest_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
-    asymmetry_ref[block] = jnp.max(jnp.max(jnp.abs(tile - transposed), axis=1), axis=0)
-
-
-def _symmetrize_kernel(a_ref, w_ref, partial_ref, *, n, block_n, rows_per_tile):
+def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, rows_per_tile):
     """As the Triton port's `_symmetrize_kernel`: program (b, block), rows [block R, (block + 1) R)
-    (R = rows_per_tile) of w = (A + A^T) / 2, and their max |A| in partial[b, block] (the
-    tridiagonalisation's first panel scales by the largest)."""
-    tile, transposed, mask, r0 = _rows_and_transpose(a_ref, n=n, block_n=block_n, rows_per_tile=rows_per_tile)
-    pltriton.store(w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(0, block_n)], 0.5 * tile + 0.5 * transposed, mask=mask)
-    partial_ref[pl.program_id(1)] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
+    (R = rows_per_tile) of w = (A + A^T) / 2, A's entries that are not finite read as zero, their max |A| in
+    partial[b, block] (the tridiagonalisation's first panel scales by the largest) and their checks' bounds in
+    bounds[b, 3 block:3 block + 3]."""
+    block = pl.program_id(1)
+    rows, cols = block * rows_per_tile + jnp.arange(rows_per_tile), jnp.arange(block_n)
+    mask = (rows < n)[:, None] & (cols < n)[None, :]
+    tile, transposed = _checked(_load(a_ref.at[pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n)], mask),
+                                _load(a_ref.at[cols[None, :], rows[:, None]], mask), bounds_ref, 3 * block)
+    pltriton.store(w_ref.at[pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n)],
+                   0.5 * tile + 0.5 * transposed, mask=mask)
+    partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
 
 
 def _householder(row, k, cols):
@@ -1047,19 +1043,21 @@ def _loop_index(value):
 
 
 def _reduce(a, single=None, *, interpret):
-    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
-    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh.one_launch); otherwise the same panels over launches (`_reduce_in_panels`)."""
+    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
+    [batch, blocks, 3]), the reflectors in w's rows. single: one launch, one program per matrix, blocked in panels
+    of TRIDIAGONAL_PANEL columns (default: ports.eigh.one_launch); otherwise the same panels over launches
+    (`_reduce_in_panels`)."""
     batch, n, _ = a.shape
     block_n, rows, blocks = row_blocks(n)
-    w, partial = pl.pallas_call(
+    w, partial, bounds = pl.pallas_call(
         functools.partial(_symmetrize_kernel, n=n, block_n=block_n, rows_per_tile=rows),
-        out_shape=(_f32((batch, n, n)), _f32((batch, blocks))), grid=(batch, blocks), in_specs=[_per_matrix(n, n)],
-        out_specs=(_per_matrix(n, n), _per_matrix(blocks)), compiler_params=pltriton.CompilerParams(num_warps=8),
-        interpret=interpret, name="eigh_symmetrize",
+        out_shape=(_f32((batch, n, n)), _f32((batch, blocks)), _f32((batch, 3 * blocks))), grid=(batch, blocks),
+        in_specs=[_per_matrix(n, n)], out_specs=(_per_matrix(n, n), _per_matrix(blocks), _per_matrix(3 * blocks)),
+        compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_symmetrize",
     )(a)
+    bounds = bounds.reshape(batch, blocks, 3)
     if not (one_launch(batch, n) if single is None else single):
-        return _reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret)  # column 0's
+        return *_reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret), bounds  # column 0's
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
     # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 85.7 ms at best, 32 x 128
     # tiles, against 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
@@ -1077,7 +1075,7 @@ def _reduce(a, single=None, *, interpret):
         in_specs=[_per_matrix(blocks), _per_matrix(n, n)], out_specs=tuple(_per_matrix(*shape) for shape in shapes),
         input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=warps),
         interpret=interpret, name="eigh_tridiagonalize_blocked",
-    )(partial, w)[:5]
+    )(partial, w)[:5] + (bounds,)
 
 
 def _reduce_in_panels(w, partial, programs, *, interpret):
@@ -1283,55 +1281,43 @@ def _back_transform(w, tau, z, *, interpret):
 
 
 def _tridiagonal(a, *, interpret):
-    """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64), the
-    Triton port's kernels: the scratch buffers are outputs, updated in place across launches through
+    """(Q, L, the checks' bounds) by tridiagonalisation, bisection, inverse iteration and back-transformation
+    (n > 64), the Triton port's kernels: the scratch buffers are outputs, updated in place across launches through
     input_output_aliases."""
-    w, d, e, tau, scale = _reduce(a, interpret=interpret)
+    w, d, e, tau, scale, bounds = _reduce(a, interpret=interpret)
     values, norm, eigenvalues = _eigenvalues(d, e, scale, interpret=interpret)
     z = _vectors(d, e, values, norm, interpret=interpret)
-    return _back_transform(w, tau, z, interpret=interpret), eigenvalues
+    return _back_transform(w, tau, z, interpret=interpret), eigenvalues, jnp.max(bounds, axis=(0, 1))
+
+
+def _jacobi(a, *, interpret):
+    """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
+    batch, n, _ = a.shape
+    size = jacobi_size(n)
+    check_offsets(batch, size, JACOBI_EXCHANGE_SLOTS)
+    vectors, values, bounds = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
+    vectors, values = vectors[:, :n, :n], values[:, :n]
+    order = jnp.argsort(values, axis=-1)
+    return (jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1),
+            jnp.max(bounds, axis=0))
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))
 def _eigh(a, *, interpret):
-    batch, n, _ = a.shape
-    if n > JACOBI_MAX_N:
-        return _tridiagonal(a, interpret=interpret)
-    size = jacobi_size(n)
-    check_offsets(batch, size, JACOBI_EXCHANGE_SLOTS)
-    vectors, values = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
-    vectors, values = vectors[:, :n, :n], values[:, :n]
-    order = jnp.argsort(values, axis=-1)
-    return jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1)
-
-
-@functools.partial(jax.jit, static_argnames=("interpret",))
-def _input_bounds(a, *, interpret):
-    """(entries that are not finite, max |A|, max |A - A^T|) over the batch, from one pallas_call that reads each
-    row block of A and of A^T (`ports.eigh.check_values`)."""
-    batch, n, _ = a.shape
-    block_n, rows, blocks = row_blocks(n)
-    bounds = pl.pallas_call(
-        functools.partial(_input_bounds_kernel, n=n, block_n=block_n, rows_per_tile=rows),
-        out_shape=(_f32((batch, blocks)),) * 3, grid=(batch, blocks), in_specs=[_per_matrix(n, n)],
-        out_specs=(_per_matrix(blocks),) * 3, compiler_params=pltriton.CompilerParams(num_warps=8),
-        interpret=interpret, name="eigh_input_bounds",
-    )(a)
-    return jnp.stack([jnp.max(bound) for bound in bounds])
+    """(Q, L, the input's checks' bounds), the kernels of one path in one jitted call."""
+    return (_tridiagonal if a.shape[1] > JACOBI_MAX_N else _jacobi)(a, interpret=interpret)
 
 
 def eigh(a):
     """(Q, L) for a [batch, n, n] float32 symmetric JAX array: A Q = Q diag(L), L ascending.
 
-    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere.
+    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere. Waits for its kernels: the input's
+    checks are read after the last.
     """
     check_shape(a)
     if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
-    interpret = jax.default_backend() != "gpu"
-    if a.shape[1] > JACOBI_MAX_N:
-        nonfinite, largest, asymmetry = jax.device_get(_input_bounds(a, interpret=interpret)).tolist()
-        check_values(nonfinite == 0, largest, asymmetry)
-    else:  # torch's reductions through DLPack: there a second jitted call cost more than it saved (H200, 20x32:
-        validate(a)  # 1.51 ms a call against 1.22; results/h200/NOTES.md)
-    return _eigh(a, interpret=interpret)
+    q, values, bounds = _eigh(a, interpret=jax.default_backend() != "gpu")
+    nonfinite, largest, asymmetry = jax.device_get(bounds).tolist()
+    check_values(nonfinite == 0, largest, asymmetry)
+    return q, values

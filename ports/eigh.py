@@ -249,8 +249,8 @@ def check_shape(a) -> None:
 
 def check_values(finite: bool, largest: float, asymmetry: float) -> None:
     """Raise a ValueError naming the problem unless A's entries are all finite and max |A - A^T| (asymmetry) is
-    within SYMMETRY_TOLERANCE of max |A| (largest). The ports compute the three in a kernel of their own (the Pallas
-    port above JACOBI_MAX_N only; `validate` otherwise)."""
+    within SYMMETRY_TOLERANCE of max |A| (largest). The ports compute the three in the kernels that read A first
+    (the on-chip Jacobi's or the symmetrize kernel) and check them after their last; the baselines in `validate`."""
     if not finite:
         raise ValueError("A contains NaN or Inf")
     if asymmetry > SYMMETRY_TOLERANCE * max(largest, 1e-300):
@@ -258,8 +258,7 @@ def check_values(finite: bool, largest: float, asymmetry: float) -> None:
 
 
 def validate(a) -> None:
-    """`check_shape` and `check_values` by torch reductions: the baselines' checks, and the Pallas port's at n <=
-    JACOBI_MAX_N."""
+    """`check_shape` and `check_values` by torch reductions, before the call: the baselines' checks."""
     check_shape(a)
     a = a if isinstance(a, torch.Tensor) else torch.from_dlpack(a)  # a JAX array, viewed without a copy
     if not a.numel():
@@ -387,10 +386,10 @@ GRAM_SCHMIDT_WARPS = 4  # GRAM_SCHMIDT_WARPS warps, in GRAM_SCHMIDT_PRECISION. H
 GRAM_SCHMIDT_PRECISION = "tf32x3"  # 32 / 64 / 128 members, 64 / 128 columns and 2 / 4 warps at 60x1024 dense, mixed
 # and geometric, within 0.3 ms of the fastest at 8x2048; float32 ("ieee") products, at 128 members, 10-32% slower
 # than tf32x3 (results/h200/NOTES.md)
-CUDA_GRAPH_SHAPES = 4  # the Triton port replays the tridiagonal path of fewer than ONE_LAUNCH_BATCH matrices from a
-# CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200: 8x2048 149 ms against 221,
-# 60x1024 3-4 ms faster, 40x176 2.38 against 2.62, 40x352 7.27 against 7.44; with 640 matrices the same to 0.1 ms,
-# results/h200/NOTES.md)
+CUDA_GRAPH_SHAPES = 4  # the Triton port replays its path (Jacobi or tridiagonal) for fewer than ONE_LAUNCH_BATCH
+# matrices from a CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200, tridiagonal
+# path: 8x2048 149 ms against 221, 60x1024 3-4 ms faster, 40x176 2.38 against 2.62, 40x352 7.27 against 7.44; with
+# 640 matrices the same to 0.1 ms; results/h200/NOTES.md)
 # The back-transformation (compact WY panels, tensor-core products): H200 A/B of 32 or 64 reflectors, 32- or
 # 64-column chunks, 64 or 128 vectors and 4 or 8 warps; this setting the fastest or within 1.2 ms on every row
 # tried (results/h200/NOTES.md).

@@ -87,8 +87,8 @@ def _asymmetric(n):
     (_symmetric_with(float("inf")), "NaN or Inf"),
     (_symmetric_with(-float("inf")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
-    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N the Pallas port checks in its kernel
-    (_symmetric_with(float("inf"), 72), "NaN or Inf"),  # too (the Triton port does at every n)
+    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N the ports check in the symmetrize
+    (_symmetric_with(float("inf"), 72), "NaN or Inf"),  # kernel, below in the Jacobi's
     (_asymmetric(72), "not symmetric"),
 ])
 @pytest.mark.parametrize("impl", ["torch", "jax", "triton", "pallas"])
@@ -258,7 +258,7 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
 def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
-    w, d, e, tau, scale = tridiagonal_stage(port, "_reduce")(a, one_launch)
+    w, d, e, tau, scale, bounds = tridiagonal_stage(port, "_reduce")(a, one_launch)
     eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
     h = tridiagonal_stage(port, "_back_transform")(w, tau, eye).double()
     off = e[:, :-1].double()
@@ -268,6 +268,25 @@ def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     assert float((h.mT @ h - eye).abs().max()) < 10 * n * spec.EPS
     assert float((h.mT @ scaled @ h - t).abs().max()) < 10 * n * spec.EPS * max(float(scaled.abs().max()), 1.0)
     assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_reduction_counts_and_zeroes_entries_that_are_not_finite(port):
+    # The symmetrize kernel's checks: it counts NaN and Inf and passes them on as zeros, so the later kernels
+    # compute, bit for bit, what they compute for the input with zeros there (the call then raises).
+    a = spec.make_inputs(spec._case(2, 70, 1, 9, "dense"), 9, DEVICE)
+    a[0, 0, 69] = 0.25
+    zeroed = a.clone()
+    zeroed[1, 5, 6] = zeroed[1, 6, 5] = zeroed[0, 69, 0] = 0.0
+    a[1, 5, 6] = a[1, 6, 5] = float("nan")
+    a[0, 69, 0] = -float("inf")
+    reduce = tridiagonal_stage(port, "_reduce")
+    *reduction, bounds = reduce(a, True)
+    *expected, clean_bounds = reduce(zeroed, True)
+    assert all(torch.equal(x, y) for x, y in zip(reduction, expected))
+    assert float(bounds[..., 0].sum()) == 3 and float(clean_bounds[..., 0].sum()) == 0
+    assert float(bounds[..., 1].max()) == float(zeroed.abs().max())
+    assert float(bounds[..., 2].max()) == 0.25  # A[0, 0, 69] against its mirror, zeroed
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["program-per-matrix", "split"])
@@ -436,10 +455,8 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     jax = pytest.importorskip("jax")
     from pallas_kernels import eigh as pallas_eigh
     a = jax.numpy.zeros((batch, n, n), jax.numpy.float32)
-    steps = (pallas_eigh._input_bounds, pallas_eigh._eigh) if n > spec.JACOBI_MAX_N else (pallas_eigh._eigh,)
-    for step in steps:  # the input's checks (above JACOBI_MAX_N), then the decomposition
-        lowered = jax.jit(functools.partial(step, interpret=False)).trace(a).lower(lowering_platforms=("cuda",))
-        assert "triton" in lowered.as_text()
+    lowered = jax.jit(functools.partial(pallas_eigh._eigh, interpret=False)).trace(a).lower(lowering_platforms=("cuda",))
+    assert "triton" in lowered.as_text()
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")
@@ -454,15 +471,19 @@ def test_triton_port_compiles_for_hopper(compile_for_hopper, case, options):
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a GPU")
 def test_triton_graph_replay_computes_every_call():
-    # Fewer than 256 matrices take the Triton port's CUDA-graph path, over launches (n = 1000) or in one launch
-    # (n = 100): the second input replays the graph the first captured, on its own data, and must give what
-    # launching every kernel from Python gives, bit for bit.
+    # Fewer than 256 matrices take the Triton port's CUDA-graph path, over launches (n = 1000), in one launch
+    # (n = 100) or on chip (n = 32): the second input replays the graph the first captured, on its own data, and
+    # must give what launching every kernel from Python gives, bit for bit; bad input replayed is still named.
     triton_eigh = importlib.import_module("triton_kernels.eigh")
-    for n, seed in ((1000, 1), (1000, 2), (100, 3), (100, 4)):
+    for n, seed in ((1000, 1), (1000, 2), (100, 3), (100, 4), (32, 5), (32, 6)):
         a = spec.make_inputs(spec._case(3, n, 2, seed), seed, DEVICE)
         assert not spec.shares_the_sms(3) and spec.one_launch(3, n) == (n < spec.ONE_LAUNCH_N)
         q, values = triton_eigh.eigh(a)
         verdict = spec.check(a, (q, values), spec.reference(a))
         assert verdict.passed, verdict.reason
-        eager_q, eager_values = triton_eigh._tridiagonal(a)
+        path = triton_eigh._tridiagonal if n > spec.JACOBI_MAX_N else triton_eigh._jacobi
+        eager_q, eager_values, _ = path(a)
         assert torch.equal(q, eager_q) and torch.equal(values, eager_values)
+        a[1, 3, 3] = float("nan")
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            triton_eigh.eigh(a)

@@ -16,8 +16,11 @@ magnitudes); both members of a pair compute their rotation from the same average
 A[p, q], so they agree on it exactly. Sweeps stop once every off-diagonal element is below eps;
 the launcher sorts the eigenvalues (glue).
 
-Every call first checks the input (NaN or Inf, max |A - A^T| against max |A|) in `_input_bounds_kernel`: one read
-of each row block of A and of A^T, then one synchronisation, before any other kernel runs.
+The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the kernels that read A first, the Jacobi
+kernel and `_symmetrize_kernel` (`_checked`): they count what they read, zero the entries that are not finite (so
+that no later kernel sees them) and leave three bounds, which the call reads after its last kernel, in its one
+synchronisation, raising if the input was bad. Fewer than ONE_LAUNCH_BATCH matrices replay their path's kernels from
+a CUDA graph (`_replayed`).
 
 n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (the LAPACK
 dsytrd + dstebz + dstein route, each stage written for batches of matrices):
@@ -90,16 +93,29 @@ def _off_diagonal_max(a, eye):
 
 
 @triton.jit
-def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
-    """Program i diagonalises the N x N matrix i of `a`."""
+def _checked(tile, transposed, bounds_ptr):
+    """A tile of A and the same of A^T with the entries that are not finite zeroed; of the tile as read, the count
+    of such entries, max |A| and max |A - A^T| in bounds[:3] (`_check_bounds`)."""
+    finite = tl.abs(tile) < float("inf")  # NaN fails the comparison too
+    tl.store(bounds_ptr, tl.sum(tl.sum(tl.where(finite, 0.0, 1.0), axis=1), axis=0))
+    tile = tl.where(finite, tile, 0.0)
+    transposed = tl.where(tl.abs(transposed) < float("inf"), transposed, 0.0)
+    tl.store(bounds_ptr + 1, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    tl.store(bounds_ptr + 2, tl.max(tl.max(tl.abs(tile - transposed), axis=1), axis=0))
+    return tile, transposed
+
+
+@triton.jit
+def _jacobi_kernel(a_ptr, q_ptr, l_ptr, bounds_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
+    """Program i diagonalises the N x N matrix i of `a` (its checks' bounds in bounds[i, :3])."""
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
     a = tl.load(a_ptr + matrix * N * N + rows[:, None] * N + rows[None, :])
+    a, transposed = _checked(a, tl.trans(a), bounds_ptr + matrix * 3)
     eye = rows[:, None] == rows[None, :]
     scale = tl.max(tl.max(tl.abs(a), axis=1), axis=0)
     scale = tl.where(scale > 0, scale, 1.0)
-    a = a / scale
-    a = 0.5 * (a + tl.trans(a))
+    a = 0.5 * (a / scale + transposed / scale)
     v = eye.to(tl.float32)
     off = _off_diagonal_max(a, eye)
     sweep = 0
@@ -126,38 +142,20 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: 
 
 
 @triton.jit
-def _rows_and_transpose(a_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Program (b, block)'s rows [block ROWS, (block + 1) ROWS) of A_b, the same of A_b^T, their mask and their
-    offsets in the batch."""
-    matrix = tl.program_id(0).to(tl.int64)
+def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, bounds_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, A's entries that are not
+    finite read as zero, their max |A| in partial[b, block] (the tridiagonalisation's first panel scales by the
+    largest) and their checks' bounds in bounds[b, block, :3]."""
+    block = tl.program_id(0).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
-    src = a_ptr + matrix * n * n
-    tile = tl.load(src + rows[:, None] * n + cols[None, :], mask=mask, other=0.0)
-    transposed = tl.load(src + cols[None, :] * n + rows[:, None], mask=mask, other=0.0)
-    return tile, transposed, mask, matrix * n * n + rows[:, None] * n + cols[None, :]
-
-
-@triton.jit
-def _input_bounds_kernel(a_ptr, bounds_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Program (b, block): of rows [block ROWS, (block + 1) ROWS) of A_b, the entries that are not finite, max |A|
-    and max |A - A^T| in bounds[b, block, :3] (`_check_values`)."""
-    tile, transposed, _, _ = _rows_and_transpose(a_ptr, n, BLOCK_N, ROWS)
-    out = bounds_ptr + (tl.program_id(0).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)) * 3
-    tl.store(out, tl.sum(tl.sum(tl.where(tl.abs(tile) < float("inf"), 0.0, 1.0), axis=1), axis=0))
-    tl.store(out + 1, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
-    tl.store(out + 2, tl.max(tl.max(tl.abs(tile - transposed), axis=1), axis=0))
-
-
-@triton.jit
-def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, n, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Program (b, block): rows [block ROWS, (block + 1) ROWS) of w = (A + A^T) / 2, and their max |A| in
-    partial[b, block] (the tridiagonalisation's first panel scales by the largest)."""
-    tile, transposed, mask, offsets = _rows_and_transpose(a_ptr, n, BLOCK_N, ROWS)
+    offsets = tl.program_id(0).to(tl.int64) * n * n + rows[:, None] * n + cols[None, :]
+    transposed_offsets = tl.program_id(0).to(tl.int64) * n * n + cols[None, :] * n + rows[:, None]
+    tile, transposed = _checked(tl.load(a_ptr + offsets, mask=mask, other=0.0),
+                                tl.load(a_ptr + transposed_offsets, mask=mask, other=0.0), bounds_ptr + block * 3)
     tl.store(w_ptr + offsets, 0.5 * tile + 0.5 * transposed, mask=mask)
-    tl.store(partial_ptr + tl.program_id(0).to(tl.int64) * tl.num_programs(1) + tl.program_id(1),
-             tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    tl.store(partial_ptr + block, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
 
 
 @triton.jit
@@ -974,12 +972,28 @@ def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, VECTORS: tl.constexpr,
 
 
 def _on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
-    """(V, diagonal) of the on-chip Jacobi, unsorted, for each matrix of a [batch, N, N]."""
+    """(V, diagonal, the checks' bounds [batch, 3]) of the on-chip Jacobi, unsorted, for each matrix of a
+    [batch, N, N]."""
     count, size, _ = a.shape
     vectors = torch.empty((count, size, size), device=a.device, dtype=torch.float32)
     values = torch.empty((count, size), device=a.device, dtype=torch.float32)
-    _jacobi_kernel[(count,)](a, vectors, values, EPS, N=size, MAX_SWEEPS=max_sweeps, num_warps=jacobi_warps(size))
-    return vectors, values
+    bounds = _bounds(count, device=a.device)
+    _jacobi_kernel[(count,)](a, vectors, values, bounds, EPS, N=size, MAX_SWEEPS=max_sweeps,
+                             num_warps=jacobi_warps(size))
+    return vectors, values, bounds
+
+
+def _bounds(*shape, device):
+    """The buffer for a launch's checks' bounds ([*shape, 3]): zeros, so that a launch compiled and not run
+    (`compare.hopper_compile`) passes the check."""
+    return torch.zeros(*shape, 3, device=device)
+
+
+def _check_bounds(bounds: torch.Tensor) -> None:
+    """`ports.eigh.check_values` on the three bounds the kernels left, reduced over the batch on the device: the
+    call's one synchronisation."""
+    nonfinite, largest, asymmetry = bounds.tolist()
+    check_values(nonfinite == 0, largest, asymmetry)
 
 
 def _empty(*shape, device):
@@ -1045,7 +1059,8 @@ def _project_register_cap(programs: int, block_n: int, device: torch.device) -> 
 
 
 def _reduce(a: torch.Tensor, single: bool | None = None):
-    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale), the reflectors in w's rows.
+    """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
+    [batch, blocks, 3]), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
     ports.eigh.one_launch); otherwise the same blocking over launches: two a column (the column's product
     p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
@@ -1055,7 +1070,8 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
     d, e, tau = (_empty(batch, n, device=a.device) for _ in range(3))
     scale = _empty(batch, device=a.device)
     panel = _empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
-    _symmetrize_kernel[(batch, blocks)](a, w, partial, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
+    bounds = _bounds(batch, blocks, device=a.device)
+    _symmetrize_kernel[(batch, blocks)](a, w, partial, bounds, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
     if one_launch(batch, n) if single is None else single:
         tile_rows, warps = tridiagonal_tile(batch)
         product_cols = min(block_n, SYMMETRIC_PRODUCT_COLS)
@@ -1067,7 +1083,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                                                  PRODUCT_ROWS=SYMMETRIC_PRODUCT_WARP_ROWS * warps,
                                                  PRODUCT_COLS=product_cols, num_warps=warps,
                                                  maxnreg=_tridiagonal_register_cap(batch, warps, block_n, a.device))
-        return w, d, e, tau, scale
+        return w, d, e, tau, scale, bounds
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
     column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
                   CHUNK=column_panel_chunk(block_n), SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows,
@@ -1088,7 +1104,7 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
             w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=OVER_LAUNCHES_PRODUCT_ROWS, NB=TRIDIAGONAL_PANEL,
             SHARES=PRODUCT_PROGRAMS, COLS=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS,
             num_warps=OVER_LAUNCHES_PRODUCT_WARPS, maxnreg=product_cap)
-    return w, d, e, tau, scale
+    return w, d, e, tau, scale, bounds
 
 
 def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
@@ -1209,66 +1225,63 @@ def _back_transform(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
 
 
 def _tridiagonal(a: torch.Tensor):
-    """(Q, L) by tridiagonalisation, bisection, inverse iteration and back-transformation (n > 64)."""
-    w, d, e, tau, scale = _reduce(a)
+    """(Q, L, the checks' bounds) by tridiagonalisation, bisection, inverse iteration and back-transformation
+    (n > 64)."""
+    w, d, e, tau, scale, bounds = _reduce(a)
     values, norm, eigenvalues = _eigenvalues(d, e, scale)
-    return _back_transform(w, tau, _vectors(d, e, values, norm)), eigenvalues
+    return _back_transform(w, tau, _vectors(d, e, values, norm)), eigenvalues, bounds.amax(dim=(0, 1))
 
 
-_GRAPHS: OrderedDict = OrderedDict()  # (shape, device) -> (CUDA graph, its input buffer, its outputs), newest last
+def _jacobi(a: torch.Tensor):
+    """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
+    batch, n, _ = a.shape
+    size = jacobi_size(n)
+    check_offsets(batch, size)
+    vectors, values, bounds = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
+    vectors, values = vectors[:, :n, :n], values[:, :n]
+    values, order = values.sort(dim=-1)
+    return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values, bounds.amax(dim=0)
 
 
-def _tridiagonal_replayed(a: torch.Tensor):
-    """_tridiagonal from a CUDA graph captured on the shape's first call, replayed on a copy of this call's input:
-    every kernel runs on every call, but the graph's launches (over launches two a column; four a Gram-Schmidt
-    panel from n = 512) cost one launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and
-    memory)."""
-    key = (tuple(a.shape), a.device)
+_GRAPHS: OrderedDict = OrderedDict()  # (path, shape, device) -> (CUDA graph, its input buffer, its outputs), newest last
+
+
+def _replayed(path, a: torch.Tensor):
+    """path(a) (`_jacobi` or `_tridiagonal`) from a CUDA graph captured on the shape's first call, replayed on a
+    copy of this call's input: every kernel runs on every call, but the graph's launches (over launches two a
+    column; four a Gram-Schmidt panel from n = 512; at 20x32 the Jacobi's, the sort's and the gather's) cost one
+    launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    key = (path, tuple(a.shape), a.device)
     if key not in _GRAPHS:
         static_input = a.clone()
-        _tridiagonal(static_input)  # compiles every kernel before the capture
+        path(static_input)  # compiles every kernel before the capture
         torch.cuda.synchronize(a.device)
         graph = torch.cuda.CUDAGraph()
         # thread-local: JAX's runtime threads (the driver runs both ports in one process) may call CUDA meanwhile
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            outputs = _tridiagonal(static_input)
+            outputs = path(static_input)
         _GRAPHS[key] = (graph, static_input, outputs)
         while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
             _GRAPHS.popitem(last=False)
     _GRAPHS.move_to_end(key)
-    graph, static_input, (q, values) = _GRAPHS[key]
+    graph, static_input, outputs = _GRAPHS[key]
     static_input.copy_(a)
     graph.replay()
-    return q.clone(), values.clone()  # the graph's buffers are overwritten by the next call
-
-
-def _check_values(a: torch.Tensor) -> None:
-    """`ports.eigh.check_values` from one launch that reads each row block of A and of A^T, and one
-    synchronisation."""
-    batch, n, _ = a.shape
-    block_n, rows, blocks = row_blocks(n)
-    bounds = torch.zeros(batch, blocks, 3, device=a.device)  # every program writes its three; zeros let a launch
-    # that is compiled and not run (`compare.hopper_compile`) pass the check
-    _input_bounds_kernel[(batch, blocks)](a, bounds, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
-    nonfinite, largest, asymmetry = bounds.amax(dim=(0, 1)).tolist()
-    check_values(nonfinite == 0, largest, asymmetry)
+    return tuple(output.clone() for output in outputs)  # the graph's buffers are overwritten by the next call
 
 
 def eigh(a: torch.Tensor):
-    """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending."""
+    """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending. Waits for its kernels: the
+    input's checks are read after the last."""
     check_shape(a)
     batch, n, _ = a.shape
     if batch == 0 or n == 0:
         return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
     a = a.contiguous()
-    _check_values(a)
-    if n > JACOBI_MAX_N:
-        if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
-            return _tridiagonal_replayed(a)
-        return _tridiagonal(a)
-    size = jacobi_size(n)
-    check_offsets(batch, size)
-    vectors, values = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
-    vectors, values = vectors[:, :n, :n], values[:, :n]
-    values, order = values.sort(dim=-1)
-    return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values
+    path = _tridiagonal if n > JACOBI_MAX_N else _jacobi
+    if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
+        q, values, bounds = _replayed(path, a)
+    else:
+        q, values, bounds = path(a)
+    _check_bounds(bounds)
+    return q, values
