@@ -601,9 +601,10 @@ def _start_vector(i, lanes):
 def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, first):
     """As the Triton port's `_inverse_iteration_kernel`: program (b, block), lane j solves
     (T_b - shift_j I) x_j = x_j (first: the pseudo-random start) by Gaussian elimination with
-    partial pivoting, elementwise across the lanes; x is [element, vector] (lanes contiguous), the factor's pivots,
-    its first superdiagonal (NaN where the row was swapped: there it is T's, as the second's) and the
-    eliminated right-hand side wait in scratch [3, row, lane] for the back substitution. Same
+    partial pivoting, elementwise across the lanes; x is [element, vector] (lanes contiguous), the eliminated
+    right-hand side and the factor's first superdiagonal, each over the row's pivot (NaN for the superdiagonal where
+    the row was swapped: there the pivot and both superdiagonals are T's), wait in scratch [2, row, lane] for the
+    back substitution. Same
     shifts (one per group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first),
     splitting and pivot floor. x and scratch are outputs (aliased to the inputs after the first
     step); the lanes' elements are read from the output x, which holds them."""
@@ -649,8 +650,8 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
         head = jnp.where(swap, head_next, diagonal) - multiplier * p_b
         head_next = jnp.where(swap, 0.0, above) - multiplier * p_c
         rhs = jnp.where(swap, rhs, rhs_next) - multiplier * p_r
-        kept = jnp.where(swap, jnp.nan, p_b)  # a swapped row's p_b and p_c are T's
-        for part, factor in enumerate((pivot, kept, p_r)):
+        # row i of U x = rhs over its pivot: x_i = p_r' - p_b' x_{i+1} - p_c' x_{i+2}; swapped: all but p_r are T's
+        for part, factor in enumerate((p_r / pivot, jnp.where(swap, jnp.nan, p_b / pivot))):
             pltriton.store(factors_ref.at[jnp.int32(part), i, block], factor, mask=valid)
         return head, head_next, rhs
 
@@ -662,12 +663,12 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     def substitute(t, carry):
         value, later = carry
         i = n - 1 - t
-        pivot, kept, p_r = (factors_ref.at[jnp.int32(part), i, block] for part in range(3))
-        kept = _load(kept, valid)
-        swapped = kept != kept  # NaN: the row was swapped, its p_b and p_c are formed again as the elimination did
-        p_b = jnp.where(swapped, d_ref[i + 1] - shift, kept)
-        p_c = jnp.where(swapped, _split(e_ref[i + 1], floor), 0.0)
-        value, later = (_load(p_r, valid) - p_b * value - p_c * later) / _load(pivot, valid, 1.0), value
+        kept = _load(factors_ref.at[jnp.int32(1), i, block], valid)
+        swapped = kept != kept  # NaN: the row was swapped; its pivot (T[i + 1, i]), p_b and p_c are T's
+        pivot = _split(e_ref[i], floor)  # not 0 where swapped: it exceeded the row's |head| >= 0
+        p_b = jnp.where(swapped, (d_ref[i + 1] - shift) / pivot, kept)
+        p_c = jnp.where(swapped, _split(e_ref[i + 1], floor) / pivot, 0.0)
+        value, later = _load(factors_ref.at[jnp.int32(0), i, block], valid) - p_b * value - p_c * later, value
         pltriton.store(x_ref.at[i, block], value, mask=valid)
         return value, later
 
@@ -1170,13 +1171,13 @@ def _vectors(d, e, values, norm, *, interpret):
     """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
     works on their transpose (XLA transposes between the two)."""
     batch, n = d.shape
-    vector, scalar, matrix, factors = _per_matrix(n), _per_matrix(), _per_matrix(n, n), _per_matrix(3, n, n)
+    vector, scalar, matrix, factors = _per_matrix(n), _per_matrix(), _per_matrix(n, n), _per_matrix(2, n, n)
     z = scratch = None
     for step in range(INVERSE_ITERATIONS):
         carried = () if step == 0 else (jnp.swapaxes(z, 1, 2), scratch)
         columns, scratch = pl.pallas_call(
             functools.partial(_inverse_iteration_kernel, n=n, first=step == 0),
-            out_shape=(_f32((batch, n, n)), _f32((batch, 3, n, n))), grid=(batch, pl.cdiv(n, LANES)),
+            out_shape=(_f32((batch, n, n)), _f32((batch, 2, n, n))), grid=(batch, pl.cdiv(n, LANES)),
             in_specs=[vector, vector, vector, scalar] + ([matrix, factors] if carried else []),
             out_specs=(matrix, factors), input_output_aliases={4: 0, 5: 1} if carried else {},
             compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret,

@@ -548,10 +548,11 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     right-hand side) by Gaussian elimination with partial pivoting, elementwise across the lanes
     (each lane's recurrence runs down T's n rows). x is [batch, n elements, n vectors] (lanes
     contiguous, so a warp's step reads or writes 128 bytes, not 32 sectors: `_vectors` transposes);
-    the upper triangular factor's pivots and the eliminated right-hand side wait in scratch [batch, 3, n, n] (lanes
-    contiguous too) for the back substitution, with the factor's first superdiagonal where the row was not swapped
-    and NaN where it was: there that entry and the second superdiagonal's are T's, which the back substitution reads
-    again (the kernel is bound by this scratch's traffic: three arrays, not four).
+    the eliminated right-hand side and the upper triangular factor's first superdiagonal, each over the row's pivot,
+    wait in scratch [batch, 2, n, n] (lanes contiguous too) for the back substitution; NaN in place of the
+    superdiagonal marks a row that partial pivoting swapped, whose pivot and two superdiagonal entries are T's,
+    which the back substitution reads again (elsewhere the second superdiagonal is 0). The kernel is bound by this
+    scratch's traffic: two arrays, not the four of the factor's three diagonals and the right-hand side.
 
     The shift is eigenvalue j itself (T - shift I is singular to working accuracy, so x_j grows
     along its eigenvector), except in a group, a chain of eigenvalues each within group_gap ||T||
@@ -565,7 +566,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     valid = lanes < n
     d, e, values = d_ptr + matrix * n, e_ptr + matrix * n, values_ptr + matrix * n
     x = x_ptr + matrix * n * n + lanes
-    factors = scratch_ptr + matrix * 3 * n * n + lanes
+    factors = scratch_ptr + matrix * 2 * n * n + lanes
     norm = tl.load(norm_ptr + matrix)
     floor = pivot_relative * norm
     gap = group_gap * norm
@@ -597,10 +598,9 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
         head = tl.where(swap, head_next, diagonal) - multiplier * p_b
         head_next = tl.where(swap, 0.0, above) - multiplier * p_c
         rhs = tl.where(swap, rhs, rhs_next) - multiplier * p_r
-        row = factors + i * n
-        tl.store(row, pivot, mask=valid)
-        tl.store(row + n * n, tl.where(swap, float("nan"), p_b), mask=valid)  # a swapped row's p_b, p_c are T's
-        tl.store(row + 2 * n * n, p_r, mask=valid)
+        row = factors + i * n  # row i of U x = rhs over its pivot: x_i = p_r' - p_b' x_{i+1} - p_c' x_{i+2}
+        tl.store(row, p_r / pivot, mask=valid)
+        tl.store(row + n * n, tl.where(swap, float("nan"), p_b / pivot), mask=valid)  # swapped: all but p_r are T's
     value = rhs / _pivot(head, floor)
     tl.store(x + (n - 1) * n, value, mask=valid)
     later = zero
@@ -608,11 +608,11 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
         i = n - 1 - t
         row = factors + i * n
         kept = tl.load(row + n * n, mask=valid, other=0.0)
-        swapped = kept != kept  # NaN: the row was swapped, its p_b and p_c are formed again as the elimination did
-        p_b = tl.where(swapped, tl.load(d + i + 1) - shift, kept)
-        p_c = tl.where(swapped, _split(tl.load(e + i + 1), floor), 0.0)
-        value, later = (tl.load(row + 2 * n * n, mask=valid, other=0.0) - p_b * value - p_c * later) / tl.load(
-            row, mask=valid, other=1.0), value
+        swapped = kept != kept  # NaN: the row was swapped; its pivot (T[i + 1, i]), p_b and p_c are T's
+        pivot = _split(tl.load(e + i), floor)  # not 0 where swapped: it exceeded the row's |head| >= 0
+        p_b = tl.where(swapped, (tl.load(d + i + 1) - shift) / pivot, kept)
+        p_c = tl.where(swapped, _split(tl.load(e + i + 1), floor) / pivot, 0.0)
+        value, later = tl.load(row, mask=valid, other=0.0) - p_b * value - p_c * later, value
         tl.store(x + i * n, value, mask=valid)
 
 
@@ -1146,7 +1146,7 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
     works on their transpose (`_transposed` between the two)."""
     batch, n = d.shape
     z, columns = _empty(batch, n, n, device=d.device), _empty(batch, n, n, device=d.device)
-    scratch = _empty(batch, 3, n, n, device=d.device)
+    scratch = _empty(batch, 2, n, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
         if step:
             _transposed(z, columns)
