@@ -190,10 +190,10 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
     block = pl.program_id(1)
     rows, cols = block * rows_per_tile + jnp.arange(rows_per_tile), jnp.arange(block_n)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
-    tile, transposed = _checked(_load(a_ref.at[pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n)], mask),
-                                _load(a_ref.at[cols[None, :], rows[:, None]], mask), bounds_ref, 3 * block)
-    pltriton.store(w_ref.at[pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n)],
-                   0.5 * tile + 0.5 * transposed, mask=mask)
+    rows_block = (pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n))
+    tile, transposed = _checked(_load(a_ref.at[rows_block], mask), _load(a_ref.at[cols[None, :], rows[:, None]], mask),
+                                bounds_ref, 3 * block)
+    pltriton.store(w_ref.at[rows_block], 0.5 * tile + 0.5 * transposed, mask=mask)
     partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
 
 

@@ -432,8 +432,8 @@ def check_offsets(batch: int, size: int, per_matrix: int = 1) -> None:
 
 
 def row_blocks(n: int) -> tuple[int, int, int]:
-    """(padded n, rows a block, blocks a matrix) of the kernels that read A and A^T a row block of TILE elements at a
-    time (the symmetrize and input-check kernels)."""
+    """(padded n, rows a block, blocks a matrix) of the symmetrize kernel, which reads A and A^T a row block of TILE
+    elements at a time (and checks them)."""
     block_n = 1 << (n - 1).bit_length()
     rows = max(1, TILE // block_n)
     return block_n, rows, -(-n // rows)

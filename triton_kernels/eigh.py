@@ -993,8 +993,8 @@ def _bounds(*shape, device):
 
 
 def _check_bounds(bounds: torch.Tensor) -> None:
-    """`ports.eigh.check_values` on the three bounds the kernels left, reduced over the batch on the device: the
-    call's one synchronisation."""
+    """`ports.eigh.check_values` on the three bounds the kernels left (reduced over the batch on the device by
+    `_jacobi` or `_tridiagonal`): the call's one synchronisation."""
     nonfinite, largest, asymmetry = bounds.tolist()
     check_values(nonfinite == 0, largest, asymmetry)
 
@@ -1252,7 +1252,8 @@ _GRAPHS: OrderedDict = OrderedDict()  # (path, shape, device) -> (CUDA graph, it
 def _replayed(path, a: torch.Tensor):
     """path(a) (`_jacobi` or `_tridiagonal`) from a CUDA graph captured on the shape's first call, replayed on a
     copy of this call's input: every kernel runs on every call, but the graph's launches (over launches two a
-    column; four a Gram-Schmidt panel from n = 512; at 20x32 the Jacobi's, the sort's and the gather's) cost one
+    column; four a Gram-Schmidt panel from n = 512; for n <= 64 the pad's, the Jacobi's, the sort's, the gather's and
+    the bounds') cost one
     launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
     key = (path, tuple(a.shape), a.device)
     if key not in _GRAPHS:
