@@ -165,9 +165,10 @@ def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twenti
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=tolerance)
 
 
-def tridiagonal_stage(port, name):
-    """A stage of a port's n > 64 path (`_reduce`, `_orthonormalize`, `_repair`, `_back_transform`) on torch tensors:
-    the Pallas port's through DLPack, as ports.custom_kernel, interpreted off the GPU."""
+def port_stage(port, name):
+    """A stage of a port (the on-chip Jacobi's `_on_chip`; the n > 64 path's `_reduce`, `_eigenvalues`, `_vectors`,
+    `_orthonormalize`, `_repair`, `_back_transform`) on torch tensors: the Pallas port's through DLPack, as
+    ports.custom_kernel, interpreted off the GPU."""
     stage = getattr(importlib.import_module(f"{port}_kernels.eigh"), name)
     if port == "triton":
         return stage
@@ -257,9 +258,9 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
 def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
-    w, d, e, tau, scale, bounds = tridiagonal_stage(port, "_reduce")(a, one_launch)
+    w, d, e, tau, scale, bounds = port_stage(port, "_reduce")(a, one_launch)
     eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
-    h = tridiagonal_stage(port, "_back_transform")(w, tau, eye).double()
+    h = port_stage(port, "_back_transform")(w, tau, eye).double()
     off = e[:, :-1].double()
     t = torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
     scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
@@ -269,23 +270,24 @@ def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
 
 
+@pytest.mark.parametrize("stage, n, arguments", [("_on_chip", 16, ()), ("_reduce", 70, (True,))],
+                         ids=["jacobi", "symmetrize"])
 @pytest.mark.parametrize("port", PORTS)
-def test_reduction_counts_and_zeroes_entries_that_are_not_finite(port):
-    # The symmetrize kernel's checks: it counts NaN and Inf and passes them on as zeros, so the later kernels
-    # compute, bit for bit, what they compute for the input with zeros there (the call then raises).
-    a = spec.make_inputs(spec._case(2, 70, 1, 9, "dense"), 9, DEVICE)
-    a[0, 0, 69] = 0.25
+def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage, n, arguments):
+    # The checks of the kernel that reads A first: it counts NaN and Inf and passes them on as zeros, so that it and
+    # the later kernels compute, bit for bit, what they compute for the input with zeros there (the call then raises).
+    a = spec.make_inputs(spec._case(2, n, 1, 9, "dense"), 9, DEVICE)
+    a[0, 0, n - 1] = 0.25
     zeroed = a.clone()
-    zeroed[1, 5, 6] = zeroed[1, 6, 5] = zeroed[0, 69, 0] = 0.0
+    zeroed[1, 5, 6] = zeroed[1, 6, 5] = zeroed[0, n - 1, 0] = 0.0
     a[1, 5, 6] = a[1, 6, 5] = float("nan")
-    a[0, 69, 0] = -float("inf")
-    reduce = tridiagonal_stage(port, "_reduce")
-    *reduction, bounds = reduce(a, True)
-    *expected, clean_bounds = reduce(zeroed, True)
-    assert all(torch.equal(x, y) for x, y in zip(reduction, expected))
+    a[0, n - 1, 0] = -float("inf")
+    *outputs, bounds = port_stage(port, stage)(a, *arguments)
+    *expected, clean_bounds = port_stage(port, stage)(zeroed, *arguments)
+    assert all(torch.equal(x, y) for x, y in zip(outputs, expected))
     assert float(bounds[..., 0].sum()) == 3 and float(clean_bounds[..., 0].sum()) == 0
     assert float(bounds[..., 1].max()) == float(zeroed.abs().max())
-    assert float(bounds[..., 2].max()) == 0.25  # A[0, 0, 69] against its mirror, zeroed
+    assert float(bounds[..., 2].max()) == 0.25  # A[0, 0, n - 1] against its mirror, zeroed
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -297,8 +299,8 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     d = (0.1 * torch.randn(batch, n, generator=torch.Generator().manual_seed(3))).to(DEVICE)
     e = torch.ones(batch, n, device=DEVICE)
     e[:, -1] = 0.0
-    values, norm, _ = tridiagonal_stage(port, "_eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
-    z = tridiagonal_stage(port, "_vectors")(d, e, values, norm).double()
+    values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
+    z = port_stage(port, "_vectors")(d, e, values, norm).double()
     t = torch.diag_embed(d.double()) + torch.diag_embed(e[:, :-1].double(), 1) + torch.diag_embed(e[:, :-1].double(), -1)
     residual = float((z @ t - values.double()[:, :, None] * z).abs().max())  # z's rows are the vectors
     assert residual < 10 * n * spec.EPS * float(norm.max())
@@ -324,7 +326,7 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, monkeyp
             # that a projection left out (a share not summed) leaves it along that predecessor
             vectors[j] = basis[cluster[0]] + 1e-2 * basis[j] + 1e-2 * basis[j - 1]
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    z = tridiagonal_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
+    z = port_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
                                                    torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
     z = z[0].double().cpu()
     # float32 rounding, amplified by the cancellation (about eps / 1e-2; a share left out gives 0.7)
@@ -359,7 +361,7 @@ def test_repair_restores_vectors_spoiled_along_far_clusters(port):
     norm = t.abs().sum(-1).amax(-1)
     as_input = [x.float().to(DEVICE).contiguous() for x in (z, d, e, values)]
     before = as_input[0].double().cpu()
-    out, residual = tridiagonal_stage(port, "_repair")(*as_input, norm.float().to(DEVICE))
+    out, residual = port_stage(port, "_repair")(*as_input, norm.float().to(DEVICE))
     out, residual = out.double().cpu(), residual.double().cpu()
     for b, rows in spoiled.items():
         sound = [j for j in range(n) if j not in rows]
