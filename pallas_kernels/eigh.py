@@ -92,14 +92,16 @@ def _load(ref, mask, other=0.0):
 
 def _checked(tile, transposed, bounds_ref, first):
     """As the Triton port's `_checked`: the tile of A and the same of A^T with the entries that are not finite
-    zeroed; of the tile as read, the count of such entries, max |A| and max |A - A^T| in bounds[first:first + 3]."""
+    zeroed, and the tile's max |A|; of the tile as read, the count of such entries, max |A| and max |A - A^T| in
+    bounds[first:first + 3]."""
     finite = jnp.abs(tile) < jnp.inf  # NaN fails the comparison too
     bounds_ref[first] = jnp.sum(jnp.sum(jnp.where(finite, 0.0, 1.0), axis=1), axis=0)
     tile = jnp.where(finite, tile, 0.0)
     transposed = jnp.where(jnp.abs(transposed) < jnp.inf, transposed, 0.0)
-    bounds_ref[first + 1] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)  # one axis at a time, as Triton reduces
+    largest = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)  # one axis at a time, as Triton reduces
+    bounds_ref[first + 1] = largest
     bounds_ref[first + 2] = jnp.max(jnp.max(jnp.abs(tile - transposed), axis=1), axis=0)
-    return tile, transposed
+    return tile, transposed, largest
 
 
 def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
@@ -109,9 +111,8 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_s
     barrier a round."""
     rows = jnp.arange(size)
     a = a_ref[...]
-    a, transposed = _checked(a, a.T, bounds_ref, 0)
+    a, transposed, scale = _checked(a, a.T, bounds_ref, 0)
     eye = rows[:, None] == rows[None, :]
-    scale = jnp.max(jnp.max(jnp.abs(a), axis=1), axis=0)
     scale = jnp.where(scale > 0, scale, 1.0)
     a = 0.5 * (a / scale + transposed / scale)
 
@@ -191,10 +192,10 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
     rows, cols = block * rows_per_tile + jnp.arange(rows_per_tile), jnp.arange(block_n)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
     rows_block = (pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n))
-    tile, transposed = _checked(_load(a_ref.at[rows_block], mask), _load(a_ref.at[cols[None, :], rows[:, None]], mask),
-                                bounds_ref, 3 * block)
+    tile, transposed, largest = _checked(_load(a_ref.at[rows_block], mask),
+                                         _load(a_ref.at[cols[None, :], rows[:, None]], mask), bounds_ref, 3 * block)
     pltriton.store(w_ref.at[rows_block], 0.5 * tile + 0.5 * transposed, mask=mask)
-    partial_ref[block] = jnp.max(jnp.max(jnp.abs(tile), axis=1), axis=0)
+    partial_ref[block] = largest
 
 
 def _householder(row, k, cols):

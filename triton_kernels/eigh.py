@@ -94,15 +94,16 @@ def _off_diagonal_max(a, eye):
 
 @triton.jit
 def _checked(tile, transposed, bounds_ptr):
-    """A tile of A and the same of A^T with the entries that are not finite zeroed; of the tile as read, the count
-    of such entries, max |A| and max |A - A^T| in bounds[:3] (`_check_bounds`)."""
+    """A tile of A and the same of A^T with the entries that are not finite zeroed, and the tile's max |A|; of the
+    tile as read, the count of such entries, max |A| and max |A - A^T| in bounds[:3] (`_check_bounds`)."""
     finite = tl.abs(tile) < float("inf")  # NaN fails the comparison too
     tl.store(bounds_ptr, tl.sum(tl.sum(tl.where(finite, 0.0, 1.0), axis=1), axis=0))
     tile = tl.where(finite, tile, 0.0)
     transposed = tl.where(tl.abs(transposed) < float("inf"), transposed, 0.0)
-    tl.store(bounds_ptr + 1, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    largest = tl.max(tl.max(tl.abs(tile), axis=1), axis=0)
+    tl.store(bounds_ptr + 1, largest)
     tl.store(bounds_ptr + 2, tl.max(tl.max(tl.abs(tile - transposed), axis=1), axis=0))
-    return tile, transposed
+    return tile, transposed, largest
 
 
 @triton.jit
@@ -111,9 +112,8 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, bounds_ptr, tolerance, N: tl.constexpr, 
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
     a = tl.load(a_ptr + matrix * N * N + rows[:, None] * N + rows[None, :])
-    a, transposed = _checked(a, tl.trans(a), bounds_ptr + matrix * 3)
+    a, transposed, scale = _checked(a, tl.trans(a), bounds_ptr + matrix * 3)
     eye = rows[:, None] == rows[None, :]
-    scale = tl.max(tl.max(tl.abs(a), axis=1), axis=0)
     scale = tl.where(scale > 0, scale, 1.0)
     a = 0.5 * (a / scale + transposed / scale)
     v = eye.to(tl.float32)
@@ -152,10 +152,11 @@ def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, bounds_ptr, n, BLOCK_N: tl.con
     mask = (rows < n)[:, None] & (cols < n)[None, :]
     offsets = tl.program_id(0).to(tl.int64) * n * n + rows[:, None] * n + cols[None, :]
     transposed_offsets = tl.program_id(0).to(tl.int64) * n * n + cols[None, :] * n + rows[:, None]
-    tile, transposed = _checked(tl.load(a_ptr + offsets, mask=mask, other=0.0),
-                                tl.load(a_ptr + transposed_offsets, mask=mask, other=0.0), bounds_ptr + block * 3)
+    tile, transposed, largest = _checked(tl.load(a_ptr + offsets, mask=mask, other=0.0),
+                                         tl.load(a_ptr + transposed_offsets, mask=mask, other=0.0),
+                                         bounds_ptr + block * 3)
     tl.store(w_ptr + offsets, 0.5 * tile + 0.5 * transposed, mask=mask)
-    tl.store(partial_ptr + block, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
+    tl.store(partial_ptr + block, largest)
 
 
 @triton.jit
