@@ -185,10 +185,12 @@ def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch
 @pytest.mark.parametrize("port", PORTS)
 def test_one_launch_tile_for_many_matrices(port, monkeypatch):
     # From ONE_LAUNCH_BATCH matrices on, the one-launch kernel sweeps MANY_TRIDIAGONAL_ROWS rows at a time (and the
-    # Pallas port's product takes its row sweep: `shares_the_sms`).
+    # Pallas port's product takes its row sweep: `shares_the_sms`; the Triton port's product loop is pipelined, which
+    # the interpreter runs as a plain loop: the GPU's test sets and the sm_90 compile below check that form).
     monkeypatch.setattr(spec, "ONE_LAUNCH_BATCH", 2)
     assert spec.tridiagonal_tile(2) == (spec.MANY_TRIDIAGONAL_ROWS, spec.MANY_TRIDIAGONAL_WARPS)
     assert spec.MANY_TRIDIAGONAL_ROWS != spec.TRIDIAGONAL_ROWS
+    assert spec.product_stages(2) == spec.MANY_TRIDIAGONAL_PRODUCT_STAGES > 1 == spec.product_stages(1)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
 
@@ -479,7 +481,8 @@ def test_pallas_port_lowers_for_cuda(batch, n):
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")
 @pytest.mark.parametrize("options", [(), ("--specialise",)], ids=["unspecialised", "as-launched"])
-@pytest.mark.parametrize("case", ["test:2", "test:4"], ids=["one-launch", "over-launches"])
+@pytest.mark.parametrize("case", ["test:2", "bench:3", "test:4"], ids=["one-launch", "one-launch-pipelined",
+                                                                     "over-launches"])
 def test_triton_port_compiles_for_hopper(compile_for_hopper, case, options):
     # every kernel of the route, compiled for sm_90 by Triton's own pipeline, within the H200's shared memory
     # either way: neither compile bounds the other's shared memory

@@ -66,8 +66,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
-                        jacobi_size, jacobi_warps, one_launch, product_programs, row_blocks, shares_the_sms,
-                        split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
+                        jacobi_size, jacobi_warps, one_launch, product_programs, product_stages, row_blocks,
+                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -267,14 +267,16 @@ def _lower_block_triangle(rows, cols):
 
 @triton.jit
 def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                       COLS: tl.constexpr):
+                       COLS: tl.constexpr, STAGES: tl.constexpr):
     """p = factor A v (v zero up to j) on the rows below j, from the trailing matrix's lower triangle
     (`_lower_blocks`), in blocks of COLS columns from the one holding j + 1, each swept ROWS rows at a time from
     its diagonal down, so that no tile is wider than the lower triangle it reads (a tile as wide as the padded
     row carried three times the triangle's elements through its masks). A tile's rows' sums are that block's part
     of those rows' entries, stored in products[block] (a [BLOCK_N / COLS, BLOCK_N] buffer, every part written
     once a column); its mirrored part adds to its columns' sums (the upper triangle's share), held as a ROWS x COLS
-    accumulator and stored in p_buffer at the block's end. The parts are added up after a barrier."""
+    accumulator and stored in p_buffer at the block's end. The parts are added up after a barrier. STAGES > 1: the
+    row tiles are loaded that many stages ahead through shared memory (Triton's software pipelining), more bytes in
+    flight for a program that shares its SM."""
     local = tl.arange(0, ROWS)
     first_block = (j + 1) // COLS
     for b in range(0, tl.cdiv(n, COLS) - first_block):  # zero-based: see _gram_schmidt_pass
@@ -282,7 +284,7 @@ def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_
         v_cols = tl.load(v_ptr + cols, mask=cols < n, other=0.0, cache_modifier=".cg")
         column_sums = tl.zeros((ROWS, COLS), tl.float32)
         top = tl.maximum(j + 1, (first_block + b) * COLS)
-        for t in range(0, tl.cdiv(n - top, ROWS)):
+        for t in tl.range(0, tl.cdiv(n - top, ROWS), num_stages=STAGES):
             rows = top + t * ROWS + local
             inside = rows < n
             tile, mirrored = _lower_tile(w, rows, cols, j, n, factor)
@@ -303,7 +305,8 @@ def _symmetric_product(w, v_ptr, p_buffer, products, j, n, factor, below, BLOCK_
 def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, partial_ptr, panel_ptr, products_ptr, n,
                                    partials, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PARTIALS: tl.constexpr,
                                    NB: tl.constexpr, CHUNK: tl.constexpr, COLS: tl.constexpr,
-                                   PRODUCT_ROWS: tl.constexpr, PRODUCT_COLS: tl.constexpr):
+                                   PRODUCT_ROWS: tl.constexpr, PRODUCT_COLS: tl.constexpr,
+                                   PRODUCT_STAGES: tl.constexpr):
     """Householder tridiagonalisation T = H^T (A / max|A|) H (Golub & Van Loan 8.3.1), blocked as
     LAPACK's dsytrd/dlatrd, the trailing matrix in w (global memory): program b takes the columns
     in panels of NB. Reflector v_j has v_j[j + 1] = 1; it is stored in row j of w (no later column
@@ -340,7 +343,7 @@ def _tridiagonalize_blocked_kernel(w_ptr, d_ptr, e_ptr, tau_ptr, scale_ptr, part
             below = in_cols & (cols > j)
             tl.debug_barrier()  # v, just stored as V's row i, is read back in blocks
             p = _symmetric_product(w, vs + i * BLOCK_N, p_buffer, products, j, n, factor, below, BLOCK_N,
-                                   PRODUCT_ROWS, PRODUCT_COLS)
+                                   PRODUCT_ROWS, PRODUCT_COLS, PRODUCT_STAGES)
             w_row, correction = _panel_w(p, v, tau, below, vs, ws, j, i, cols, BLOCK_N, CHUNK)
             tl.store(ws + i * BLOCK_N + cols, w_row)
             tl.store(w + j * n + cols, v, mask=below)  # for the back-transformation: row j is not read again
@@ -1085,7 +1088,8 @@ def _reduce(a: torch.Tensor, single: bool | None = None):
                                                  PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
                                                  CHUNK=PANEL_CHUNK, COLS=min(block_n, TRIDIAGONAL_COLS),
                                                  PRODUCT_ROWS=SYMMETRIC_PRODUCT_WARP_ROWS * warps,
-                                                 PRODUCT_COLS=product_cols, num_warps=warps,
+                                                 PRODUCT_COLS=product_cols, PRODUCT_STAGES=product_stages(batch),
+                                                 num_warps=warps,
                                                  maxnreg=_tridiagonal_register_cap(batch, warps, block_n, a.device))
         return w, d, e, tau, scale, bounds
     sums = _empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
