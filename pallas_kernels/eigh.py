@@ -607,9 +607,10 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     the row was swapped: there the pivot and both superdiagonals are T's), wait in scratch [2, row, lane] for the
     back substitution. Same
     shifts (one per group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first),
-    splitting and pivot floor. x and scratch are outputs (aliased to the inputs after the first
-    step); the lanes' elements are read from the output x, which holds them."""
-    x_ref, factors_ref = refs[-2:]
+    splitting and pivot floor, and each vector's length in lengths, for the transpose that normalises it. x and
+    scratch are outputs (aliased to the inputs after the first step); the lanes' elements are read from the output
+    x, which holds them."""
+    x_ref, factors_ref, lengths_ref = refs[-3:]
     lanes = pl.program_id(1) * LANES + jnp.arange(LANES)
     block = pl.ds(pl.program_id(1) * LANES, LANES)
     valid = lanes < n
@@ -662,7 +663,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     pltriton.store(x_ref.at[jnp.int32(n - 1), block], value, mask=valid)
 
     def substitute(t, carry):
-        value, later = carry
+        value, later, squares = carry
         i = n - 1 - t
         kept = _load(factors_ref.at[jnp.int32(1), i, block], valid)
         swapped = kept != kept  # NaN: the row was swapped; its pivot (T[i + 1, i]), p_b and p_c are T's
@@ -671,9 +672,10 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
         p_c = jnp.where(swapped, _split(e_ref[i + 1], floor) / pivot, 0.0)
         value, later = _load(factors_ref.at[jnp.int32(0), i, block], valid) - p_b * value - p_c * later, value
         pltriton.store(x_ref.at[i, block], value, mask=valid)
-        return value, later
+        return value, later, squares + value * value
 
-    jax.lax.fori_loop(1, n, substitute, (value, zero))
+    _, _, squares = jax.lax.fori_loop(1, n, substitute, (value, zero, value * value))
+    pltriton.store(lengths_ref.at[block], jnp.sqrt(squares), mask=valid)
 
 
 def _tolerance(values_ref, norm, cluster_gap, n):
@@ -850,7 +852,8 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel and stores it; the first pass decides whether the second runs (again), the second moves
-    start on (start, again and x aliased)."""
+    start on (start, again and x aliased). A panel whose vectors are each alone in their cluster is
+    left as it is (they come unit from `_vectors`' transpose)."""
     panel, first_pass = _panel_and_pass(step_ref)
     valid = jnp.arange(block_n) < n
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
@@ -870,7 +873,8 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         return lengths
 
-    redo = (first_pass != 0) | (again_ref[...] != 0)
+    shared = jnp.max(cluster) - first_cluster + 1 < jnp.sum(inside.astype(jnp.int32))  # a cluster of two or more
+    redo = jnp.where(first_pass != 0, continued | shared, again_ref[...] != 0)
     lengths = jax.lax.cond(redo, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
     cancelled = jnp.min(lengths) < second_pass_below
     again_ref[...] = jnp.where(first_pass != 0, cancelled.astype(jnp.int32), again_ref[...])
@@ -1170,22 +1174,24 @@ def _eigenvalues(d, e, scale, *, interpret):
 
 def _vectors(d, e, values, norm, *, interpret):
     """T's orthonormal eigenvectors as the rows of z [batch, n, n], in the order of `values`. Inverse iteration
-    works on their transpose (XLA transposes between the two)."""
+    works on their transpose (XLA transposes between the two, the one to z dividing each vector by its length)."""
     batch, n = d.shape
     vector, scalar, matrix, factors = _per_matrix(n), _per_matrix(), _per_matrix(n, n), _per_matrix(2, n, n)
     z = scratch = None
     for step in range(INVERSE_ITERATIONS):
         carried = () if step == 0 else (jnp.swapaxes(z, 1, 2), scratch)
-        columns, scratch = pl.pallas_call(
+        columns, scratch, lengths = pl.pallas_call(
             functools.partial(_inverse_iteration_kernel, n=n, first=step == 0),
-            out_shape=(_f32((batch, n, n)), _f32((batch, 2, n, n))), grid=(batch, pl.cdiv(n, LANES)),
+            out_shape=(_f32((batch, n, n)), _f32((batch, 2, n, n)), _f32((batch, n))),
+            grid=(batch, pl.cdiv(n, LANES)),
             in_specs=[vector, vector, vector, scalar] + ([matrix, factors] if carried else []),
-            out_specs=(matrix, factors), input_output_aliases={4: 0, 5: 1} if carried else {},
+            out_specs=(matrix, factors, vector), input_output_aliases={4: 0, 5: 1} if carried else {},
             compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret,
             name="eigh_inverse_iteration",
         )(d, e, values, norm, *carried)
         gap = CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP
-        z = _orthonormalize(jnp.swapaxes(columns, 1, 2), values, norm, gap, interpret=interpret)
+        unit = jnp.swapaxes(columns, 1, 2) / jnp.where(lengths > 0, lengths, 1.0)[:, :, None]  # one XLA transpose
+        z = _orthonormalize(unit, values, norm, gap, interpret=interpret)
     return _repair(z, d, e, values, norm, interpret=interpret)[0]
 
 
@@ -1206,10 +1212,11 @@ def _repair(z, d, e, values, norm, *, interpret):
 
 
 def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
-    """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm). split: each panel's projections shared among many programs per matrix, two
-    pallas_calls twice a panel in a jax.lax.fori_loop (default: ports.eigh.split_gram_schmidt); otherwise one
-    program per matrix."""
+    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
+    norm). Its rows come unit from `_vectors`: the split form leaves a panel without a cluster as it is, the
+    one-program form normalises every row again. split: each panel's projections shared among many programs per
+    matrix, two pallas_calls twice a panel in a jax.lax.fori_loop (default: ports.eigh.split_gram_schmidt);
+    otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)

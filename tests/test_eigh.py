@@ -147,12 +147,13 @@ def test_port_above_64_passes_every_identity(port, family, n):
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
 
 
+@pytest.mark.parametrize("family", ["clustered", "dense"])  # dense: most panels without a cluster, left as they come
 @pytest.mark.parametrize("port", PORTS)
-def test_port_with_split_gram_schmidt_passes_every_identity(port, monkeypatch):
+def test_port_with_split_gram_schmidt_passes_every_identity(port, family, monkeypatch):
     # the split Gram-Schmidt is for n >= 512, too slow to interpret: lower the threshold
     # (n = 72 is traced for this test alone, so the Pallas port's jit cache holds no unsplit version)
     monkeypatch.setattr(spec, "SPLIT_GRAM_SCHMIDT_N", 72)
-    a = spec.make_inputs(spec._case(2, 72, 2, 72, "clustered"), 72, DEVICE)
+    a = spec.make_inputs(spec._case(2, 72, 2, 72, family), 72, DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
     assert verdict.errors["residual_scaled"] < 20 and verdict.errors["orthogonality_scaled"] < 20
@@ -338,6 +339,27 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, monkeyp
         assert float((inside - (inside @ z[list(cluster)].T) @ z[list(cluster)]).abs().max()) < 1e-3
     alone = [j for j in range(n) if not any(j in cluster for cluster in clusters)]
     assert float((z[alone] - basis[alone]).abs().max()) < 1e-5  # vectors outside clusters are only normalised
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_split_gram_schmidt_leaves_panels_without_clusters(port):
+    # Its rows come unit from the transpose after inverse iteration: a panel whose vectors are each alone in their
+    # cluster is neither read nor written (rows of length 3 stay so, bit for bit); a panel with a cluster (rows 16
+    # and 17) is orthonormalised, its lone vectors normalised.
+    n = 70
+    basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(4), dtype=torch.float64))[0].T
+    values = torch.arange(n, dtype=torch.float64) / n
+    values[17] = values[16] + 1e-6
+    z = (3.0 * basis).float()[None].to(DEVICE).contiguous()
+    out = port_stage(port, "_orthonormalize")(z.clone(), values.float()[None].to(DEVICE).contiguous(),
+                                              torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, True)
+    alone = [j for j in range(n) if not 16 <= j < 32]
+    assert torch.equal(out[0, alone], z[0, alone])
+    panel = out[0, 16:32].double().cpu()
+    assert float((panel @ panel.T - torch.eye(16, dtype=torch.float64)).abs().max()) < 1e-5
+    assert float((panel[2:] - basis[18:32]).abs().max()) < 1e-5
+    pair = basis[16:18]
+    assert float((pair - (pair @ panel[:2].T) @ panel[:2]).abs().max()) < 1e-5  # the pair's span kept
 
 
 @pytest.mark.parametrize("port", PORTS)

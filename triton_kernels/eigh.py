@@ -546,8 +546,8 @@ def _start_vector(i, lanes):
 
 
 @triton.jit
-def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch_ptr, n, pivot_relative, group_gap,
-                              FIRST: tl.constexpr, LANES: tl.constexpr):
+def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch_ptr, lengths_ptr, n, pivot_relative,
+                              group_gap, FIRST: tl.constexpr, LANES: tl.constexpr):
     """Program (b, block): lane j solves (T_b - shift_j I) x_j = x_j (FIRST: a fixed pseudo-random
     right-hand side) by Gaussian elimination with partial pivoting, elementwise across the lanes
     (each lane's recurrence runs down T's n rows). x is [batch, n elements, n vectors] (lanes
@@ -556,7 +556,9 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     wait in scratch [batch, 2, n, n] (lanes contiguous too) for the back substitution; NaN in place of the
     superdiagonal marks a row that partial pivoting swapped, whose pivot and two superdiagonal entries are T's,
     which the back substitution reads again (elsewhere the second superdiagonal is 0). The kernel is bound by this
-    scratch's traffic: two arrays, not the four of the factor's three diagonals and the right-hand side.
+    scratch's traffic: two arrays, not the four of the factor's three diagonals and the right-hand side. Each
+    vector's length goes to lengths [batch, n], summed as the back substitution writes it, for the transpose that
+    normalises it (`_transposed`), so that the Gram-Schmidt need not touch a vector alone in its cluster.
 
     The shift is eigenvalue j itself (T - shift I is singular to working accuracy, so x_j grows
     along its eigenvector), except in a group, a chain of eigenvalues each within group_gap ||T||
@@ -608,6 +610,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     value = rhs / _pivot(head, floor)
     tl.store(x + (n - 1) * n, value, mask=valid)
     later = zero
+    squares = value * value
     for t in range(1, n):
         i = n - 1 - t
         row = factors + i * n
@@ -618,6 +621,8 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
         p_c = tl.where(swapped, _split(tl.load(e + i + 1), floor) / pivot, 0.0)
         value, later = tl.load(row, mask=valid, other=0.0) - p_b * value - p_c * later, value
         tl.store(x + i * n, value, mask=valid)
+        squares += value * value
+    tl.store(lengths_ptr + matrix * n + lanes, tl.sqrt_rn(squares), mask=valid)
 
 
 @triton.jit
@@ -805,12 +810,18 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
     """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; the first pass decides whether the second runs (again_ptr, Kahan's test as
-    `_orthonormalize_kernel`), and the second moves start_ptr on for the next panel."""
+    `_orthonormalize_kernel`), and the second moves start_ptr on for the next panel. A panel whose
+    vectors are each alone in their cluster is left as it is, neither read nor written: its vectors
+    come unit from `_transposed`."""
     matrix = tl.program_id(0).to(tl.int64)
     local = tl.arange(0, PANEL)
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, next_start = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
-    if (first_pass != 0) | (tl.load(again_ptr + matrix) != 0):
+    if first_pass != 0:
+        needed = continued | (tl.max(cluster) - first_cluster + 1 < tl.sum(inside.to(tl.int32)))  # a shared cluster
+    else:
+        needed = tl.load(again_ptr + matrix) != 0
+    if needed:
         block = _load_panel(x, members, inside, cols, valid, n, first_pass != 0)
         if continued:
             correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
@@ -822,6 +833,8 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
         tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         tl.debug_barrier()  # again_ptr is read by this program above
         tl.store(again_ptr + matrix, (shortest < second_pass_below).to(tl.int32), mask=first_pass != 0)
+    else:
+        tl.store(again_ptr + matrix, 0, mask=first_pass != 0)  # nothing done: no second pass
     tl.store(start_ptr + matrix, next_start, mask=first_pass == 0)
 
 
@@ -1126,23 +1139,29 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
 
 
 @triton.jit
-def _transpose_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+def _transpose_kernel(src_ptr, dst_ptr, lengths_ptr, n, BLOCK: tl.constexpr, NORMALISE: tl.constexpr):
     """Program (b, i, j): dst[b] = src[b]^T on the BLOCK x BLOCK tile (i, j), read and written in rows (the
     compiler exchanges the tile through shared memory), where torch's strided copy reads one of the two
-    layouts a column at a time (H200, 640x512: 97.2 ms a call against 101.5)."""
+    layouts a column at a time (H200, 640x512: 97.2 ms a call against 101.5). NORMALISE: src's column c over
+    lengths[b, c] (dst's rows unit vectors; a zero length leaves its column as it is)."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
     tile = tl.load(src_ptr + matrix * n * n + rows[:, None] * n + cols[None, :], mask=mask)
+    if NORMALISE:
+        length = tl.load(lengths_ptr + matrix * n + cols, mask=cols < n, other=1.0)
+        tile /= tl.where(length > 0, length, 1.0)[None, :]
     tl.store(dst_ptr + matrix * n * n + cols[:, None] * n + rows[None, :], tl.trans(tile), mask=tl.trans(mask))
 
 
-def _transposed(src, dst):
-    """dst [batch, n, n] = src's matrices transposed: dst, written."""
+def _transposed(src, dst, lengths=None):
+    """dst [batch, n, n] = src's matrices transposed, each column of src over lengths [batch, n] if given: dst,
+    written."""
     batch, n, _ = src.shape
     _transpose_kernel[(batch, triton.cdiv(n, TRANSPOSE_TILE), triton.cdiv(n, TRANSPOSE_TILE))](
-        src, dst, n, BLOCK=TRANSPOSE_TILE, num_warps=4)
+        src, dst, src if lengths is None else lengths, n, BLOCK=TRANSPOSE_TILE, NORMALISE=lengths is not None,
+        num_warps=4)
     return dst
 
 
@@ -1151,14 +1170,14 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
     works on their transpose (`_transposed` between the two)."""
     batch, n = d.shape
     z, columns = _empty(batch, n, n, device=d.device), _empty(batch, n, n, device=d.device)
-    scratch = _empty(batch, 2, n, n, device=d.device)
+    scratch, lengths = _empty(batch, 2, n, n, device=d.device), _empty(batch, n, device=d.device)
     for step in range(INVERSE_ITERATIONS):
         if step:
             _transposed(z, columns)
-        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, n, EPS,
-                                                                  GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
+        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, lengths, n,
+                                                                  EPS, GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
                                                                   num_warps=1)
-        _orthonormalize(_transposed(columns, z), values, norm,
+        _orthonormalize(_transposed(columns, z, lengths), values, norm,
                         CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)  # z, in place
     return _repair(z, d, e, values, norm)[0]
 
@@ -1188,9 +1207,11 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
                     split: bool | None = None):
-    """z's rows normalised, and orthonormal within each cluster of `values` (gaps below cluster_gap max|values|,
-    or GROUP_GAP eps norm): z, changed in place. split: each panel's projections shared among many programs per
-    matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
+    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
+    norm): z, changed in place. Its rows come unit from `_transposed`: the split form leaves a panel without a
+    cluster as it is, the one-program form normalises every row again. split: each panel's projections shared
+    among many programs per matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one
+    program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     if not (split_gram_schmidt(n) if split is None else split):
