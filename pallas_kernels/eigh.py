@@ -678,6 +678,11 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     pltriton.store(lengths_ref.at[block], jnp.sqrt(squares), mask=valid)
 
 
+def _shares_a_cluster(inside, cluster, first_cluster):
+    """As the Triton port's `_shares_a_cluster`: whether two of the panel's members are in one cluster."""
+    return jnp.max(cluster) - first_cluster + 1 < jnp.sum(inside.astype(jnp.int32))
+
+
 def _tolerance(values_ref, norm, cluster_gap, n):
     """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least GROUP_GAP eps ||T||."""
     return jnp.maximum(cluster_gap * jnp.maximum(jnp.abs(values_ref[0]), jnp.abs(values_ref[n - 1])),
@@ -759,16 +764,15 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
     vectors: the members of the panel's first vector's cluster against that cluster's earlier
     members, row by row, then each cluster's members within the panel, modified Gram-Schmidt, and
-    again where the first pass cancelled (a norm below second_pass_below); a vector alone in its
-    cluster is only normalised. x (the input, aliased) is read and written through the output ref."""
+    again where the first pass cancelled (a norm below second_pass_below); a panel whose vectors are
+    each alone in their cluster is left as it is (they come unit from `_vectors`' transpose). x (the
+    input, aliased) is read and written through the output ref."""
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     valid = jnp.arange(block_n) < n
 
     def panel_step(panel, start):  # the cluster of the panel's first vector starts at `start`
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values_ref, panel, start, tolerance, n=n)
-        block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=True)
-
         def against_earlier(earlier_block, block):
             correction = _block_correction(block, x_ref, start + earlier_block * PANEL, panel * PANEL, n=n,
                                            block_n=block_n)
@@ -780,11 +784,14 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
             block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
             return _within_clusters(block, cluster, first_cluster, continued)
 
-        block, lengths = gram_schmidt_pass(block)
-        # the second pass removes what the first's cancellation amplified
-        block = jax.lax.cond(jnp.min(lengths) < second_pass_below, lambda b: gram_schmidt_pass(b)[0], lambda b: b,
-                             block)
-        pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
+        def both_passes():
+            block, lengths = gram_schmidt_pass(_load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=True))
+            # the second pass removes what the first's cancellation amplified
+            block = jax.lax.cond(jnp.min(lengths) < second_pass_below, lambda b: gram_schmidt_pass(b)[0],
+                                 lambda b: b, block)
+            pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
+
+        jax.lax.cond(continued | _shares_a_cluster(inside, cluster, first_cluster), both_passes, lambda: None)
         _barrier(interpret)
         return next_start
 
@@ -873,8 +880,8 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         return lengths
 
-    shared = jnp.max(cluster) - first_cluster + 1 < jnp.sum(inside.astype(jnp.int32))  # a cluster of two or more
-    redo = jnp.where(first_pass != 0, continued | shared, again_ref[...] != 0)
+    redo = jnp.where(first_pass != 0, continued | _shares_a_cluster(inside, cluster, first_cluster),
+                     again_ref[...] != 0)
     lengths = jax.lax.cond(redo, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
     cancelled = jnp.min(lengths) < second_pass_below
     again_ref[...] = jnp.where(first_pass != 0, cancelled.astype(jnp.int32), again_ref[...])
@@ -1213,10 +1220,9 @@ def _repair(z, d, e, values, norm, *, interpret):
 
 def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm). Its rows come unit from `_vectors`: the split form leaves a panel without a cluster as it is, the
-    one-program form normalises every row again. split: each panel's projections shared among many programs per
-    matrix, two pallas_calls twice a panel in a jax.lax.fori_loop (default: ports.eigh.split_gram_schmidt);
-    otherwise one program per matrix."""
+    norm). Its rows come unit from `_vectors`: a panel without a cluster is left as it is. split: each panel's
+    projections shared among many programs per matrix, two pallas_calls twice a panel in a jax.lax.fori_loop
+    (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)

@@ -645,6 +645,12 @@ def _panel_clusters(values, panel, start, tolerance, n, PANEL: tl.constexpr):
 
 
 @triton.jit
+def _shares_a_cluster(inside, cluster, first_cluster):
+    """Whether two of the panel's members are in one cluster (`_panel_clusters` numbers them in order)."""
+    return tl.max(cluster) - first_cluster + 1 < tl.sum(inside.to(tl.int32))
+
+
+@triton.jit
 def _tolerance(values, norm, cluster_gap, group_gap, n):
     """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least group_gap ||T||."""
     return tl.maximum(cluster_gap * tl.maximum(tl.abs(tl.load(values)), tl.abs(tl.load(values + n - 1))),
@@ -718,8 +724,8 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     vector's cluster are made orthogonal to that cluster's earlier members (classical, PANEL at a
     time), then each cluster's members within the panel to each other (modified, normalising),
     and both steps again where the first pass cancelled (Kahan's test: a vector's norm fell below
-    second_pass_below). A vector alone in its cluster is only normalised (on load): with short
-    clusters, most steps are skipped."""
+    second_pass_below). A panel whose vectors are each alone in their cluster is left as it is
+    (they come unit from `_transposed`): with short clusters, most panels are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     valid = cols < n
@@ -729,13 +735,14 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     for panel in range(0, tl.cdiv(n, PANEL)):
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values, panel, start, tolerance, n, PANEL)
-        block = _load_panel(x, members, inside, cols, valid, n, True)
-        block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
-                                             PANEL, BLOCK_N)
-        if shortest < second_pass_below:  # the second pass removes what the first's cancellation amplified
-            block, _ = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
-                                          PANEL, BLOCK_N)
-        tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
+        if continued | _shares_a_cluster(inside, cluster, first_cluster):
+            block = _load_panel(x, members, inside, cols, valid, n, True)
+            block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
+                                                 n, PANEL, BLOCK_N)
+            if shortest < second_pass_below:  # the second pass removes what the first's cancellation amplified
+                block, _ = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
+                                              n, PANEL, BLOCK_N)
+            tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         start = next_start
         tl.debug_barrier()
 
@@ -818,7 +825,7 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, next_start = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
     if first_pass != 0:
-        needed = continued | (tl.max(cluster) - first_cluster + 1 < tl.sum(inside.to(tl.int32)))  # a shared cluster
+        needed = continued | _shares_a_cluster(inside, cluster, first_cluster)
     else:
         needed = tl.load(again_ptr + matrix) != 0
     if needed:
@@ -1208,8 +1215,8 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
                     split: bool | None = None):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm): z, changed in place. Its rows come unit from `_transposed`: the split form leaves a panel without a
-    cluster as it is, the one-program form normalises every row again. split: each panel's projections shared
+    norm): z, changed in place. Its rows come unit from `_transposed`: a panel without a cluster is left as it
+    is. split: each panel's projections shared
     among many programs per matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one
     program per matrix."""
     batch, n, _ = z.shape
