@@ -280,6 +280,22 @@ def test_cli_runs_variants_of_a_port_from_their_files(tmp_path):
     assert results["zero"]["status"] == "fail"  # a variant is checked as every implementation is
 
 
+def test_one_call_calls_each_implementation_and_reports_a_failure(tmp_path, capsys):
+    # the process an outside profiler (ncu) wraps: each implementation called --calls times on the case's input,
+    # a failing one named on one line while the others still run
+    from compare.one_call import main as one_call_main
+
+    counted, broken = tmp_path / "trimul_counted.py", tmp_path / "trimul_broken.py"
+    counted.write_text(COUNTED_VARIANT)
+    broken.write_text("def trimul(data):\n    raise RuntimeError('no kernel')\n")
+    code = one_call_main(["trimul", "--case", "smoke:0", "--impl", "broken,counted", "--calls", "2",
+                          "--variant", f"counted=triton:{counted}", "--variant", f"broken=triton:{broken}"])
+    out = capsys.readouterr().out
+    assert code == 1 and "broken: failed: RuntimeError: no kernel" in out and "counted: 2 call(s)" in out
+    assert len(ports._module_from_file(str(counted)).CALLS) == 2
+    assert one_call_main(["trimul", "--case", "smoke"]) == 2  # one case, SET:INDEX
+
+
 @pytest.mark.parametrize("variant, message", [
     ("fast", "NAME=IMPL:FILE"), ("fast=triton", "NAME=IMPL:FILE"), ("pallas=triton:{file}", "is taken"),
     ("fast=nope:{file}", "valid:"), ("fast=triton:{missing}", "not a Python file")])

@@ -1,0 +1,57 @@
+"""One call of each implementation on one case, nothing timed or checked: for a profiler outside the process.
+
+    ncu --clock-control none --kernel-name regex:tridiagonalize --launch-count 1 --section SpeedOfLight \\
+        python -m compare.one_call eigh --case bench:3 --impl triton
+
+Nsight Compute (`ncu`) replays each kernel it is asked for and reads the hardware counters (DRAM bytes, issue
+rates, stall reasons), which torch.profiler cannot; it profiles a whole process, so this runs nothing but the
+calls: the case's input made once, then --calls calls of each implementation (the first compiles), each waited
+for. Filter the kernels with ncu's own options (--kernel-name, --launch-skip, --launch-count). Runs on the CPU
+too (the interpreters), where it only shows that the call runs. Exit status 1 if an implementation fails; the
+others still run.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    # imported here: the driver imports the kernel-time helpers this shares
+    from compare.driver import error_text, one_case, one_case_arguments, with_unnamed_variants
+    from compare.kernel_times import wait_for
+
+    parser = one_case_arguments("python -m compare.one_call", __doc__, "bench:0", "triton",
+                                "comma-separated implementations, called in this order")
+    parser.add_argument("--calls", type=int, default=1, help="calls of each implementation (default 1)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import torch
+
+    from ports import get_workload, to_framework
+
+    try:
+        workload, case = one_case(args.workload, args.case, args.variant)
+        names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
+        impls = [workload.implementation(name) for name in names]
+    except (KeyError, ValueError) as error:
+        print(f"bad argument: {error}", file=sys.stderr)
+        return 2
+    on_gpu = torch.cuda.is_available()
+    inputs = workload.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")
+    failed = False
+    for impl in impls:
+        try:
+            function = impl.load()
+            native = to_framework(impl.framework, inputs)
+            for _ in range(args.calls):
+                wait_for(function(native), on_gpu)
+            print(f"{impl.name}: {args.calls} call(s) on {workload.case_name(case)}")
+        except Exception as error:  # noqa: BLE001 - reported; the next implementation runs
+            print(f"{impl.name}: failed: {error_text(error)}")
+            failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
