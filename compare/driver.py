@@ -273,6 +273,14 @@ def one_case(workload_name: str, spec: str, variants: Sequence[str] = ()):
     return workload, case
 
 
+def one_case_implementations(args):
+    """(workload, case, implementations) of a one-case tool's parsed WORKLOAD, --case, --variant and --impl
+    (comma-separated names); KeyError or ValueError if one is unknown or malformed."""
+    workload, case = one_case(args.workload, args.case, args.variant)
+    names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
+    return workload, case, [workload.implementation(name) for name in names]
+
+
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,
         settings: Settings | None = None, progress=None, check_properties: bool = True) -> dict:
     """Check (and, where settings.timed, time) each implementation on each case of the sets

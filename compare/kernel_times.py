@@ -124,7 +124,7 @@ def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
 
 def main(argv=None) -> int:
     # imported here: the driver imports this module
-    from compare.driver import one_case, one_case_arguments, with_unnamed_variants
+    from compare.driver import one_case_arguments, one_case_implementations
 
     parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")
@@ -133,12 +133,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from ports import get_workload
-
     try:
-        workload, case = one_case(args.workload, args.case, args.variant)
-        names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
-        impls = [workload.implementation(name) for name in names]
+        workload, case, impls = one_case_implementations(args)
     except (KeyError, ValueError) as error:
         print(f"bad argument: {error}", file=sys.stderr)
         return 2

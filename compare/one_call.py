@@ -18,7 +18,7 @@ import sys
 
 def main(argv=None) -> int:
     # imported here: the driver imports the kernel-time helpers this shares
-    from compare.driver import error_text, one_case, one_case_arguments, with_unnamed_variants
+    from compare.driver import error_text, one_case_arguments, one_case_implementations
     from compare.kernel_times import wait_for
 
     parser = one_case_arguments("python -m compare.one_call", __doc__, "bench:0", "triton",
@@ -28,12 +28,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from ports import get_workload, to_framework
+    from ports import to_framework
 
     try:
-        workload, case = one_case(args.workload, args.case, args.variant)
-        names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
-        impls = [workload.implementation(name) for name in names]
+        workload, case, impls = one_case_implementations(args)
     except (KeyError, ValueError) as error:
         print(f"bad argument: {error}", file=sys.stderr)
         return 2
