@@ -764,15 +764,17 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
     vectors: the members of the panel's first vector's cluster against that cluster's earlier
     members, row by row, then each cluster's members within the panel, modified Gram-Schmidt, and
-    again where the first pass cancelled (a norm below second_pass_below); a panel whose vectors are
-    each alone in their cluster is left as it is (they come unit from `_vectors`' transpose). x (the
-    input, aliased) is read and written through the output ref."""
+    again where the first pass cancelled (a norm below second_pass_below); a panel whose members are
+    each alone in their cluster within it, the first not continuing a cluster from earlier panels, is
+    left as it is (its vectors come unit from `_vectors`' transpose). x (the input, aliased) is read
+    and written through the output ref."""
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     valid = jnp.arange(block_n) < n
 
     def panel_step(panel, start):  # the cluster of the panel's first vector starts at `start`
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values_ref, panel, start, tolerance, n=n)
+
         def against_earlier(earlier_block, block):
             correction = _block_correction(block, x_ref, start + earlier_block * PANEL, panel * PANEL, n=n,
                                            block_n=block_n)
@@ -859,8 +861,9 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel and stores it; the first pass decides whether the second runs (again), the second moves
-    start on (start, again and x aliased). A panel whose vectors are each alone in their cluster is
-    left as it is (they come unit from `_vectors`' transpose)."""
+    start on (start, again and x aliased). A panel whose members are each alone in their cluster
+    within it, the first not continuing a cluster from earlier panels, is left as it is (its vectors
+    come unit from `_vectors`' transpose)."""
     panel, first_pass = _panel_and_pass(step_ref)
     valid = jnp.arange(block_n) < n
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
@@ -880,9 +883,9 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         return lengths
 
-    redo = jnp.where(first_pass != 0, continued | _shares_a_cluster(inside, cluster, first_cluster),
-                     again_ref[...] != 0)
-    lengths = jax.lax.cond(redo, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
+    needed = jnp.where(first_pass != 0, continued | _shares_a_cluster(inside, cluster, first_cluster),
+                       again_ref[...] != 0)
+    lengths = jax.lax.cond(needed, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
     cancelled = jnp.min(lengths) < second_pass_below
     again_ref[...] = jnp.where(first_pass != 0, cancelled.astype(jnp.int32), again_ref[...])
     start_ref[...] = jnp.where(first_pass == 0, next_start, start_ref[...])
@@ -1220,8 +1223,8 @@ def _repair(z, d, e, values, norm, *, interpret):
 
 def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm). Its rows come unit from `_vectors`: a panel without a cluster is left as it is. split: each panel's
-    projections shared among many programs per matrix, two pallas_calls twice a panel in a jax.lax.fori_loop
+    norm). Its rows come unit from `_vectors`: a panel with no cluster in it or reaching into it is left as it
+    is. split: each panel's projections shared among many programs per matrix, two pallas_calls twice a panel in a jax.lax.fori_loop
     (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)

@@ -352,8 +352,8 @@ TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather 
 # W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
 MANY_TRIDIAGONAL_PRODUCT_STAGES = 3  # from ONE_LAUNCH_BATCH matrices on, the Triton port's one-launch product loads
 # its row tiles this many stages ahead (Triton's software pipelining, `tl.range(..., num_stages=...)`): H200, 640x512
-# dense whole call 62.7 ms against 64.5, kernel 30.0 against 32.0 (ncu: DRAM 2.73 TB/s against 2.58); 2 stages 67.0;
-# with few matrices 40x176 2.35 against 2.27 (results/h200/NOTES.md). Pallas loops take no stages of their own
+# dense whole call 62.5 ms against 64.5, kernel 30.0 against 32.0 (ncu: DRAM 2.73 TB/s against 2.58); 2 stages 67.0,
+# 4 stages 63.9; with few matrices 40x176 2.35 against 2.27 (results/h200/NOTES.md). Pallas loops take no stages
 SYMMETRIC_PRODUCT_WARP_ROWS = 16  # the one-launch kernel's product p = A v walks the lower triangle in tiles of
 SYMMETRIC_PRODUCT_COLS = 64  # SYMMETRIC_PRODUCT_COLS columns and SYMMETRIC_PRODUCT_WARP_ROWS rows a warp, no wider
 # than the triangle it reads. The columns a power of two (blocks tile the padded n) and a multiple of 4: a block's
@@ -459,8 +459,8 @@ def tridiagonal_tile(batch: int) -> tuple[int, int]:
 
 
 def product_stages(batch: int) -> int:
-    """Software-pipelining stages of the Triton port's one-launch product loop (1: none): MANY_TRIDIAGONAL_PRODUCT_STAGES
-    where programs share the SMs (`tridiagonal_tile`)."""
+    """Software-pipelining stages of the Triton port's one-launch product loop (1: none):
+    MANY_TRIDIAGONAL_PRODUCT_STAGES where programs share the SMs (`tridiagonal_tile`)."""
     return MANY_TRIDIAGONAL_PRODUCT_STAGES if shares_the_sms(batch) else 1
 
 

@@ -724,8 +724,9 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     vector's cluster are made orthogonal to that cluster's earlier members (classical, PANEL at a
     time), then each cluster's members within the panel to each other (modified, normalising),
     and both steps again where the first pass cancelled (Kahan's test: a vector's norm fell below
-    second_pass_below). A panel whose vectors are each alone in their cluster is left as it is
-    (they come unit from `_transposed`): with short clusters, most panels are skipped."""
+    second_pass_below). A panel whose members are each alone in their cluster within it, the first
+    not continuing a cluster from earlier panels, is left as it is (its vectors come unit from
+    `_transposed`): with short clusters, most panels are skipped."""
     matrix = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     valid = cols < n
@@ -818,8 +819,9 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; the first pass decides whether the second runs (again_ptr, Kahan's test as
     `_orthonormalize_kernel`), and the second moves start_ptr on for the next panel. A panel whose
-    vectors are each alone in their cluster is left as it is, neither read nor written: its vectors
-    come unit from `_transposed`."""
+    members are each alone in their cluster within it, the first not continuing a cluster from
+    earlier panels, is left as it is, neither read nor written: its vectors come unit from
+    `_transposed`."""
     matrix = tl.program_id(0).to(tl.int64)
     local = tl.arange(0, PANEL)
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, next_start = _split_panel(
@@ -838,7 +840,6 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
             block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
         block, shortest = _within_clusters(block, cluster, first_cluster, continued, PANEL)
         tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
-        tl.debug_barrier()  # again_ptr is read by this program above
         tl.store(again_ptr + matrix, (shortest < second_pass_below).to(tl.int32), mask=first_pass != 0)
     else:
         tl.store(again_ptr + matrix, 0, mask=first_pass != 0)  # nothing done: no second pass
@@ -1215,10 +1216,9 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
 def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
                     split: bool | None = None):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm): z, changed in place. Its rows come unit from `_transposed`: a panel without a cluster is left as it
-    is. split: each panel's projections shared
-    among many programs per matrix, four launches a panel (default: ports.eigh.split_gram_schmidt); otherwise one
-    program per matrix."""
+    norm): z, changed in place. Its rows come unit from `_transposed`: a panel with no cluster in it or reaching
+    into it is left as it is. split: each panel's projections shared among many programs per matrix, four launches
+    a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     if not (split_gram_schmidt(n) if split is None else split):
