@@ -273,12 +273,19 @@ def one_case(workload_name: str, spec: str, variants: Sequence[str] = ()):
     return workload, case
 
 
-def one_case_implementations(args):
-    """(workload, case, implementations) of a one-case tool's parsed WORKLOAD, --case, --variant and --impl
-    (comma-separated names); KeyError or ValueError if one is unknown or malformed."""
-    workload, case = one_case(args.workload, args.case, args.variant)
-    names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
-    return workload, case, [workload.implementation(name) for name in names]
+def one_case_setup(parser, argv):
+    """A one-case tool's arguments parsed, and its workload, case and implementations (--impl, comma-separated,
+    with --variant's): (args, workload, case, implementations), or None once a bad argument is printed (the tool
+    exits with status 2). JAX is told not to take the GPU's memory up front: torch shares it."""
+    args = parser.parse_args(argv)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        workload, case = one_case(args.workload, args.case, args.variant)
+        names = with_unnamed_variants(args.impl.split(","), workload, get_workload(args.workload))
+        return args, workload, case, [workload.implementation(name) for name in names]
+    except (KeyError, ValueError) as error:
+        print(f"bad argument: {error}", file=sys.stderr)
+        return None
 
 
 def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_path: Path | None = None,

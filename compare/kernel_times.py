@@ -124,20 +124,17 @@ def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
 
 def main(argv=None) -> int:
     # imported here: the driver imports this module
-    from compare.driver import one_case_arguments, one_case_implementations
+    from compare.driver import one_case_arguments, one_case_setup
 
     parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    setup = one_case_setup(parser, argv)
+    if setup is None:
+        return 2
+    args, workload, case, impls = setup
     import torch
 
-    try:
-        workload, case, impls = one_case_implementations(args)
-    except (KeyError, ValueError) as error:
-        print(f"bad argument: {error}", file=sys.stderr)
-        return 2
     if not torch.cuda.is_available():
         print("kernel_times needs a CUDA GPU", file=sys.stderr)
         return 2

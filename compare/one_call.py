@@ -12,29 +12,25 @@ others still run.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 
 def main(argv=None) -> int:
     # imported here: the driver imports the kernel-time helpers this shares
-    from compare.driver import error_text, one_case_arguments, one_case_implementations
+    from compare.driver import error_text, one_case_arguments, one_case_setup
     from compare.kernel_times import wait_for
 
     parser = one_case_arguments("python -m compare.one_call", __doc__, "bench:0", "triton",
                                 "comma-separated implementations, called in this order")
     parser.add_argument("--calls", type=int, default=1, help="calls of each implementation (default 1)")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    setup = one_case_setup(parser, argv)
+    if setup is None:
+        return 2
+    args, workload, case, impls = setup
     import torch
 
     from ports import to_framework
 
-    try:
-        workload, case, impls = one_case_implementations(args)
-    except (KeyError, ValueError) as error:
-        print(f"bad argument: {error}", file=sys.stderr)
-        return 2
     on_gpu = torch.cuda.is_available()
     inputs = workload.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")
     failed = False
