@@ -678,9 +678,10 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     pltriton.store(lengths_ref.at[block], jnp.sqrt(squares), mask=valid)
 
 
-def _shares_a_cluster(inside, cluster, first_cluster):
-    """As the Triton port's `_shares_a_cluster`: whether two of the panel's members are in one cluster."""
-    return jnp.max(cluster) - first_cluster + 1 < jnp.sum(inside.astype(jnp.int32))
+def _panel_needs_work(continued, inside, cluster, first_cluster):
+    """As the Triton port's `_panel_needs_work`: whether the panel's first cluster continues from earlier panels or
+    two of its members are in one cluster."""
+    return continued | (jnp.max(cluster) - first_cluster + 1 < jnp.sum(inside.astype(jnp.int32)))
 
 
 def _tolerance(values_ref, norm, cluster_gap, n):
@@ -793,7 +794,7 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
                                  lambda b: b, block)
             pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
 
-        jax.lax.cond(continued | _shares_a_cluster(inside, cluster, first_cluster), both_passes, lambda: None)
+        jax.lax.cond(_panel_needs_work(continued, inside, cluster, first_cluster), both_passes, lambda: None)
         _barrier(interpret)
         return next_start
 
@@ -883,7 +884,7 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         return lengths
 
-    needed = jnp.where(first_pass != 0, continued | _shares_a_cluster(inside, cluster, first_cluster),
+    needed = jnp.where(first_pass != 0, _panel_needs_work(continued, inside, cluster, first_cluster),
                        again_ref[...] != 0)
     lengths = jax.lax.cond(needed, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
     cancelled = jnp.min(lengths) < second_pass_below
@@ -1224,8 +1225,8 @@ def _repair(z, d, e, values, norm, *, interpret):
 def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
     norm). Its rows come unit from `_vectors`: a panel with no cluster in it or reaching into it is left as it
-    is. split: each panel's projections shared among many programs per matrix, two pallas_calls twice a panel in a jax.lax.fori_loop
-    (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
+    is. split: each panel's projections shared among many programs per matrix, two pallas_calls twice a panel in
+    a jax.lax.fori_loop (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)

@@ -645,9 +645,11 @@ def _panel_clusters(values, panel, start, tolerance, n, PANEL: tl.constexpr):
 
 
 @triton.jit
-def _shares_a_cluster(inside, cluster, first_cluster):
-    """Whether two of the panel's members are in one cluster (`_panel_clusters` numbers them in order)."""
-    return tl.max(cluster) - first_cluster + 1 < tl.sum(inside.to(tl.int32))
+def _panel_needs_work(continued, inside, cluster, first_cluster):
+    """Whether the Gram-Schmidt has anything to do in the panel: its first cluster continues from earlier panels,
+    or two of its members are in one cluster (`_panel_clusters` numbers them in order). Otherwise its vectors,
+    unit from `_transposed`, stay as they are."""
+    return continued | (tl.max(cluster) - first_cluster + 1 < tl.sum(inside.to(tl.int32)))
 
 
 @triton.jit
@@ -736,7 +738,7 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     for panel in range(0, tl.cdiv(n, PANEL)):
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values, panel, start, tolerance, n, PANEL)
-        if continued | _shares_a_cluster(inside, cluster, first_cluster):
+        if _panel_needs_work(continued, inside, cluster, first_cluster):
             block = _load_panel(x, members, inside, cols, valid, n, True)
             block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
                                                  n, PANEL, BLOCK_N)
@@ -827,7 +829,7 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
     x, cols, valid, members, inside, cluster, first_cluster, continued, start, next_start = _split_panel(
         x_ptr, values_ptr, norm_ptr, start_ptr, cluster_gap, group_gap, n, panel, BLOCK_N, PANEL)
     if first_pass != 0:
-        needed = continued | _shares_a_cluster(inside, cluster, first_cluster)
+        needed = _panel_needs_work(continued, inside, cluster, first_cluster)
     else:
         needed = tl.load(again_ptr + matrix) != 0
     if needed:
