@@ -719,15 +719,17 @@ def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
     return jnp.where(normalise, block / jnp.maximum(jnp.sqrt(jnp.sum(block * block, axis=1)), 1e-30)[:, None], block)
 
 
-def _block_correction(block, x_ref, first, end, *, n, block_n):
-    """As the Triton port's `_block_correction`: sum (block v) v over the PANEL vectors v from first
-    (those before end), row by row (no dot)."""
+def _projected_out(block, x_ref, first, end, chosen, *, n, block_n):
+    """As the Triton port's `_projected_out`: block with its chosen rows' components along the PANEL vectors from
+    first (those before end) taken out, one vector after another (modified Gram-Schmidt, row by row, in a loop)."""
     valid = jnp.arange(block_n) < n
-    correction = jnp.zeros((PANEL, block_n), jnp.float32)
-    for q in range(PANEL):
+
+    def project_out(q, block):
         vector = _load(x_ref.at[first + q, pl.ds(0, block_n)], valid & (first + q < end))
-        correction += jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
-    return correction
+        return block - jnp.where(chosen[:, None], jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :],
+                                 0.0)
+
+    return jax.lax.fori_loop(0, PANEL, project_out, block)
 
 
 def _within_clusters(block, cluster, first_cluster, continued):
@@ -777,9 +779,8 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
             values_ref, panel, start, tolerance, n=n)
 
         def against_earlier(earlier_block, block):
-            correction = _block_correction(block, x_ref, start + earlier_block * PANEL, panel * PANEL, n=n,
-                                           block_n=block_n)
-            return block - jnp.where((cluster == first_cluster)[:, None], correction, 0.0)
+            return _projected_out(block, x_ref, start + earlier_block * PANEL, panel * PANEL, cluster == first_cluster,
+                                  n=n, block_n=block_n)
 
         def gram_schmidt_pass(block):
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,

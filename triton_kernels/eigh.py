@@ -668,15 +668,15 @@ def _load_panel(x, members, inside, cols, valid, n, normalise):
 
 
 @triton.jit
-def _block_correction(block, x, first, end, cols, valid, n, PANEL: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The classical Gram-Schmidt correction sum (block v) v over the PANEL vectors v from first
-    (those before end), row by row (a tl.dot would stage all of K in shared memory)."""
-    correction = tl.zeros((PANEL, BLOCK_N), tl.float32)
-    for q in tl.static_range(PANEL):
+def _projected_out(block, x, first, end, chosen, cols, valid, n, PANEL: tl.constexpr):
+    """block with its chosen rows' components along the PANEL vectors from first (those before end) taken out, one
+    vector after another (modified Gram-Schmidt, row by row: a tl.dot would stage all of K in shared memory; a loop,
+    not unrolled, so that the vectors' loads are not all hoisted into registers)."""
+    for q in range(PANEL):
         earlier = first + q + 0 * cols  # a vector: the interpreter rejects a scalar mask
         vector = tl.load(x + earlier * n + cols, mask=valid & (earlier < end), other=0.0, cache_modifier=".cg")
-        correction += tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :]
-    return correction
+        block -= tl.where(chosen[:, None], tl.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :], 0.0)
+    return block
 
 
 @triton.jit
@@ -704,14 +704,13 @@ def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constex
 
 @triton.jit
 def _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
-                       PANEL: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One block Gram-Schmidt pass of the panel (classical against its first cluster's earlier
-    members, then modified within each cluster): (block, smallest norm before normalising)."""
+                       PANEL: tl.constexpr):
+    """One block Gram-Schmidt pass of the panel (modified, against its first cluster's earlier members one at a
+    time, then within each cluster): (block, smallest norm before normalising)."""
     # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6, pipelined loads)
     for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
-        correction = _block_correction(block, x, start + earlier_block * PANEL, panel * PANEL, cols, valid, n, PANEL,
-                                       BLOCK_N)
-        block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
+        block = _projected_out(block, x, start + earlier_block * PANEL, panel * PANEL, cluster == first_cluster, cols,
+                               valid, n, PANEL)
     return _within_clusters(block, cluster, first_cluster, continued, PANEL)
 
 
@@ -723,8 +722,8 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
     dstein criterion, with the spectral norm max |eigenvalue| in place of its 1-norm bound), and
     always within groups (eigenvalues within group_gap ||T|| that shared an inverse-iteration shift).
     Block Gram-Schmidt over panels of PANEL vectors in order: the panel's members of its first
-    vector's cluster are made orthogonal to that cluster's earlier members (classical, PANEL at a
-    time), then each cluster's members within the panel to each other (modified, normalising),
+    vector's cluster are made orthogonal to that cluster's earlier members (modified, one member
+    at a time), then each cluster's members within the panel to each other (normalising),
     and both steps again where the first pass cancelled (Kahan's test: a vector's norm fell below
     second_pass_below). A panel whose members are each alone in their cluster within it, the first
     not continuing a cluster from earlier panels, is left as it is (its vectors come unit from
@@ -741,10 +740,10 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
         if _panel_needs_work(continued, inside, cluster, first_cluster):
             block = _load_panel(x, members, inside, cols, valid, n, True)
             block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
-                                                 n, PANEL, BLOCK_N)
+                                                 n, PANEL)
             if shortest < second_pass_below:  # the second pass removes what the first's cancellation amplified
                 block, _ = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
-                                              n, PANEL, BLOCK_N)
+                                              n, PANEL)
             tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         start = next_start
         tl.debug_barrier()
