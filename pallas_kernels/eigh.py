@@ -53,7 +53,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
                         TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
-                        jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
+                        gram_schmidt_unrolled, jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
@@ -732,11 +732,12 @@ def _projected_out(block, x_ref, first, end, chosen, *, n, block_n):
     return jax.lax.fori_loop(0, PANEL, project_out, block)
 
 
-def _within_clusters(block, cluster, first_cluster, continued):
+def _within_clusters(block, cluster, first_cluster, continued, unrolled):
     """As the Triton port's `_within_clusters`: modified Gram-Schmidt of each cluster's members
     within the panel, normalising; a vector alone in its cluster is left as it is. Also each
     vector's norm before its normalisation (1 if untouched; a vector, as a scalar carried through
-    lax.cond fails this JAX's Triton lowering)."""
+    lax.cond fails this JAX's Triton lowering). unrolled: the PANEL steps as that many copies of their code, else
+    a jax.lax.fori_loop (`ports.eigh.gram_schmidt_unrolled`)."""
     local = jnp.arange(PANEL)
 
     def within_cluster(i, own):
@@ -752,16 +753,22 @@ def _within_clusters(block, cluster, first_cluster, continued):
                     jnp.where(local == i, length, lengths))
         return project
 
-    carry = (block, jnp.ones((PANEL,), jnp.float32))
-    for i in range(PANEL):
+    def step(i, carry):
         own = jnp.sum(jnp.where(local == i, cluster, 0))
         partners = jnp.sum(((cluster == own) & (local != i)).astype(jnp.int32))
-        carry = jax.lax.cond((partners > 0) | (continued & (own == first_cluster)),
-                             within_cluster(i, own), lambda carry: carry, carry)
+        return jax.lax.cond((partners > 0) | (continued & (own == first_cluster)), within_cluster(i, own),
+                            lambda carry: carry, carry)
+
+    carry = (block, jnp.ones((PANEL,), jnp.float32))
+    if not unrolled:
+        return jax.lax.fori_loop(0, PANEL, step, carry)
+    for i in range(PANEL):
+        carry = step(i, carry)
     return carry
 
 
-def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, second_pass_below, interpret):
+def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluster_gap, second_pass_below, unrolled,
+                           interpret):
     """As the Triton port's `_orthonormalize_kernel`: program b makes its vectors orthonormal within
     clusters (eigenvalues each within cluster_gap ||T||_2 = cluster_gap max |eigenvalue| of the
     previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
@@ -786,7 +793,7 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
             # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6,
             # pipelined loads)
             block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
-            return _within_clusters(block, cluster, first_cluster, continued)
+            return _within_clusters(block, cluster, first_cluster, continued, unrolled)
 
         def both_passes():
             block, lengths = gram_schmidt_pass(_load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=True))
@@ -859,7 +866,7 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
 
 
 def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _start, _again, _x, start_ref,
-                                  again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, earlier):
+                                  again_ref, x_ref, *, n, block_n, cluster_gap, second_pass_below, earlier, unrolled):
     """As the Triton port's `_orthonormalize_finish_kernel`: program b subtracts the summed partial
     corrections from the panel's first-cluster members, orthonormalises each cluster within the
     panel and stores it; the first pass decides whether the second runs (again), the second moves
@@ -881,7 +888,7 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         shares = pl.cdiv(panel * PANEL - start, earlier)  # those that hold members
         correction = jax.lax.cond(continued, lambda: jax.lax.fori_loop(0, shares, add_share, zero), lambda: zero)
         block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
-        block, lengths = _within_clusters(block, cluster, first_cluster, continued)
+        block, lengths = _within_clusters(block, cluster, first_cluster, continued, unrolled)
         pltriton.store(_panel_rows(x_ref, panel, block_n), block, mask=inside[:, None] & valid[None, :])
         return lengths
 
@@ -1231,10 +1238,11 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = _per_matrix(n), _per_matrix(), _per_matrix(n, n)
+    unrolled = gram_schmidt_unrolled(batch)
     if not (split_gram_schmidt(n) if split is None else split):
         return pl.pallas_call(
             functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              second_pass_below=SECOND_PASS_BELOW, interpret=interpret),
+                              second_pass_below=SECOND_PASS_BELOW, unrolled=unrolled, interpret=interpret),
             out_shape=_f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
             input_output_aliases={2: 0}, compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)),
             interpret=interpret, name="eigh_orthonormalize",
@@ -1259,7 +1267,7 @@ def _orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
         flag = jax.ShapeDtypeStruct((batch,), jnp.int32)
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              second_pass_below=SECOND_PASS_BELOW, earlier=earlier),
+                              second_pass_below=SECOND_PASS_BELOW, earlier=earlier, unrolled=unrolled),
             out_shape=(flag, flag, _f32((batch, n, n))), grid=(batch,),
             in_specs=[LOOP_INDEX, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
             input_output_aliases={4: 0, 5: 1, 6: 2},

@@ -464,6 +464,16 @@ def product_stages(batch: int) -> int:
     return MANY_TRIDIAGONAL_PRODUCT_STAGES if shares_the_sms(batch) else 1
 
 
+def gram_schmidt_unrolled(batch: int) -> bool:
+    """Whether the Gram-Schmidt's within-panel step runs unrolled (PANEL copies of its code) or as a loop: a loop
+    where programs share the SMs (`shares_the_sms`). H200 driver A/B of the loop against unrolled, whole call, ms
+    (results/h200/NOTES.md): 640x512 clustered Triton 99.8 against 106.9, Pallas 116.5 against 124.4; dense 60.7
+    against 61.7, 71.1 against 71.5 (the split finish there, two programs an SM by its registers, stalled on
+    instruction fetch in 37% of its cycles, ncu); with few matrices no gain, and the Pallas port lost (60x1024 mixed
+    86.9 against 83.2)."""
+    return not shares_the_sms(batch)
+
+
 def shares_the_sms(batch: int) -> bool:
     """Whether the one-launch tridiagonalisation's programs share the SMs: from ONE_LAUNCH_BATCH matrices on."""
     return batch >= ONE_LAUNCH_BATCH

@@ -310,11 +310,15 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     assert float((z @ z.mT - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().max()) < 10 * n * spec.EPS
 
 
+@pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
 @pytest.mark.parametrize("split", [False, True], ids=["program-per-matrix", "split"])
 @pytest.mark.parametrize("port", PORTS)
-def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, monkeypatch):
-    # split: 16 earlier members a projection program, so that the third cluster's last panel sums two shares
+def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolled, monkeypatch):
+    # split: 16 earlier members a projection program, so that the third cluster's last panel sums two shares;
+    # loop: the within-panel steps as a loop, as where programs share the SMs (`gram_schmidt_unrolled`)
     monkeypatch.setattr(spec, "GRAM_SCHMIDT_EARLIER", 16)
+    monkeypatch.setattr(spec, "ONE_LAUNCH_BATCH", 2 if unrolled else 1)
+    assert spec.gram_schmidt_unrolled(1) == unrolled
     n = 70
     basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
     values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
@@ -500,13 +504,15 @@ def test_port_on_gpu_test_cases(port, case):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernels themselves")
-@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512)], ids=["jacobi", "one-launch", "over-launches"])
+@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512), (spec.ONE_LAUNCH_BATCH, 512)],
+                         ids=["jacobi", "one-launch", "over-launches", "many-matrices"])
 def test_pallas_port_lowers_for_cuda(batch, n):
     # Without a GPU the kernels run in the interpreter, which skips the lowering to Triton IR; some
     # code it runs fails there (jnp's % of an index loaded from a ref). Lowering for CUDA needs no GPU.
+    # Many matrices: the routes where programs share the SMs (the Gram-Schmidt's within-panel loop).
     jax = pytest.importorskip("jax")
     from pallas_kernels import eigh as pallas_eigh
-    a = jax.numpy.zeros((batch, n, n), jax.numpy.float32)
+    a = jax.ShapeDtypeStruct((batch, n, n), jax.numpy.float32)
     lowered = jax.jit(functools.partial(pallas_eigh._eigh, interpret=False)).trace(a).lower(lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
 

@@ -66,8 +66,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
-                        jacobi_size, jacobi_warps, one_launch, product_programs, product_stages, row_blocks,
-                        shares_the_sms, split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
+                        gram_schmidt_unrolled, jacobi_size, jacobi_warps, one_launch, product_programs, product_stages,
+                        row_blocks, shares_the_sms, split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
 EPS = torch.finfo(torch.float32).eps
 TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
@@ -680,43 +680,55 @@ def _projected_out(block, x, first, end, chosen, cols, valid, n, PANEL: tl.const
 
 
 @triton.jit
-def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constexpr):
+def _cluster_step(block, shortest, i, local, cluster, first_cluster, continued):
+    """`_within_clusters`' step for member i: (block, shortest)."""
+    own = tl.sum(tl.where(local == i, cluster, 0))
+    partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
+    if (partners > 0) | (continued & (own == first_cluster)):
+        row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
+        length = tl.sqrt_rn(tl.sum(row * row))
+        shortest = tl.minimum(shortest, length)
+        row /= tl.maximum(length, 1e-30)
+        later = tl.sum(block * row[None, :], axis=1)
+        after = (local > i) & (cluster == own)
+        block = tl.where(local[:, None] == i, row[None, :],
+                         tl.where(after[:, None], block - later[:, None] * row[None, :], block))
+    return block, shortest
+
+
+@triton.jit
+def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constexpr, UNROLLED: tl.constexpr):
     """Modified Gram-Schmidt of each cluster's members within the panel, normalising them; a vector
     alone in its cluster (and not continuing one from earlier panels) is left as it is. Also the
     smallest norm a vector had before its normalisation (1 if none was touched): of unit vectors,
-    how much the projections cancelled."""
+    how much the projections cancelled. UNROLLED: the PANEL steps as that many copies of their code, else a loop
+    (`ports.eigh.gram_schmidt_unrolled`)."""
     local = tl.arange(0, PANEL)
     shortest = 1.0
-    for i in tl.static_range(PANEL):
-        own = tl.sum(tl.where(local == i, cluster, 0))
-        partners = tl.sum(((cluster == own) & (local != i)).to(tl.int32))
-        if (partners > 0) | (continued & (own == first_cluster)):
-            row = tl.sum(tl.where(local[:, None] == i, block, 0.0), axis=0)
-            length = tl.sqrt_rn(tl.sum(row * row))
-            shortest = tl.minimum(shortest, length)
-            row /= tl.maximum(length, 1e-30)
-            later = tl.sum(block * row[None, :], axis=1)
-            after = (local > i) & (cluster == own)
-            block = tl.where(local[:, None] == i, row[None, :],
-                             tl.where(after[:, None], block - later[:, None] * row[None, :], block))
+    if UNROLLED:
+        for i in tl.static_range(PANEL):
+            block, shortest = _cluster_step(block, shortest, i, local, cluster, first_cluster, continued)
+    else:
+        for i in range(PANEL):
+            block, shortest = _cluster_step(block, shortest, i, local, cluster, first_cluster, continued)
     return block, shortest
 
 
 @triton.jit
 def _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid, n,
-                       PANEL: tl.constexpr):
+                       PANEL: tl.constexpr, UNROLLED: tl.constexpr):
     """One block Gram-Schmidt pass of the panel (modified, against its first cluster's earlier members one at a
     time, then within each cluster): (block, smallest norm before normalising)."""
     # counted from zero: a loop starting at `start` skipped its body on the H200 (Triton 3.6, pipelined loads)
     for earlier_block in range(0, tl.cdiv(panel * PANEL - start, PANEL)):
         block = _projected_out(block, x, start + earlier_block * PANEL, panel * PANEL, cluster == first_cluster, cols,
                                valid, n, PANEL)
-    return _within_clusters(block, cluster, first_cluster, continued, PANEL)
+    return _within_clusters(block, cluster, first_cluster, continued, PANEL, UNROLLED)
 
 
 @triton.jit
 def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, second_pass_below, n,
-                           BLOCK_N: tl.constexpr, PANEL: tl.constexpr):
+                           BLOCK_N: tl.constexpr, PANEL: tl.constexpr, UNROLLED: tl.constexpr):
     """Program b makes T_b's vectors orthonormal where inverse iteration alone does not: within
     clusters, chains of eigenvalues each within cluster_gap ||T||_2 of the previous one (LAPACK's
     dstein criterion, with the spectral norm max |eigenvalue| in place of its 1-norm bound), and
@@ -740,10 +752,10 @@ def _orthonormalize_kernel(x_ptr, values_ptr, norm_ptr, cluster_gap, group_gap, 
         if _panel_needs_work(continued, inside, cluster, first_cluster):
             block = _load_panel(x, members, inside, cols, valid, n, True)
             block, shortest = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
-                                                 n, PANEL)
+                                                 n, PANEL, UNROLLED)
             if shortest < second_pass_below:  # the second pass removes what the first's cancellation amplified
                 block, _ = _gram_schmidt_pass(block, x, start, panel, cluster, first_cluster, continued, cols, valid,
-                                              n, PANEL)
+                                              n, PANEL, UNROLLED)
             tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         start = next_start
         tl.debug_barrier()
@@ -815,7 +827,7 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again
 @triton.jit(do_not_specialize=["panel", "first_pass"])
 def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_ptr, partial_ptr, cluster_gap,
                                   group_gap, second_pass_below, n, panel, first_pass, programs, BLOCK_N: tl.constexpr,
-                                  PANEL: tl.constexpr, EARLIER: tl.constexpr):
+                                  PANEL: tl.constexpr, EARLIER: tl.constexpr, UNROLLED: tl.constexpr):
     """The split Gram-Schmidt's second half: program b subtracts the summed partial corrections
     from the panel's first-cluster members, orthonormalises each cluster within the panel and
     stores the panel; the first pass decides whether the second runs (again_ptr, Kahan's test as
@@ -839,7 +851,7 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
                 correction += tl.load(partial_ptr + (matrix * programs + share) * PANEL * n + local[:, None] * n
                                       + cols[None, :], mask=valid[None, :], other=0.0)
             block -= tl.where((cluster == first_cluster)[:, None], correction, 0.0)
-        block, shortest = _within_clusters(block, cluster, first_cluster, continued, PANEL)
+        block, shortest = _within_clusters(block, cluster, first_cluster, continued, PANEL, UNROLLED)
         tl.store(x + members[:, None] * n + cols[None, :], block, mask=inside[:, None] & valid[None, :])
         tl.store(again_ptr + matrix, (shortest < second_pass_below).to(tl.int32), mask=first_pass != 0)
     else:
@@ -1222,10 +1234,11 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
     a panel (default: ports.eigh.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
+    unrolled = gram_schmidt_unrolled(batch)
     if not (split_gram_schmidt(n) if split is None else split):
         warps = vector_panel_warps(block_n)
         _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
-                                         BLOCK_N=block_n, PANEL=PANEL, num_warps=warps,
+                                         BLOCK_N=block_n, PANEL=PANEL, UNROLLED=unrolled, num_warps=warps,
                                          maxnreg=_two_programs_an_sm(batch, warps, z.device))
         return z
     panels = triton.cdiv(n, PANEL)
@@ -1242,7 +1255,7 @@ def _orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, c
                                                               PRECISION=GRAM_SCHMIDT_PRECISION,
                                                               num_warps=GRAM_SCHMIDT_WARPS, maxnreg=project_cap)
             _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    EARLIER=earlier, num_warps=finish_warps)
+                                                    EARLIER=earlier, UNROLLED=unrolled, num_warps=finish_warps)
     return z
 
 
