@@ -330,8 +330,10 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolle
         values[list(cluster)] = values[cluster[0]] + 1e-6 * torch.arange(len(cluster), dtype=torch.float64)
         for j in cluster[1:]:
             # nearly parallel, spanning the cluster's space; each along its predecessor's own direction too, so
-            # that a projection left out (a share not summed) leaves it along that predecessor
-            vectors[j] = basis[cluster[0]] + 1e-2 * basis[j] + 1e-2 * basis[j - 1]
+            # that a projection left out (a share not summed) leaves it along that predecessor, and a little along
+            # every earlier member's, so that any one projection left out shows
+            vectors[j] = (basis[cluster[0]] + 1e-2 * basis[j] + 1e-2 * basis[j - 1]
+                          + 1e-3 * basis[cluster[0]:j].sum(dim=0))
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
     z = port_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
                                                    torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
