@@ -3,11 +3,12 @@
 They pin down the definition the ports are judged by (a library solver passes every family, the
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
-CUDA), and three tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
-Gram-Schmidt, the repair of spoiled vectors).
+CUDA), and tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
+Gram-Schmidt, the repair of spoiled vectors, the eigenvectors of a T whose long chained cluster once failed).
 """
 import functools
 import importlib
+import pathlib
 
 import pytest
 import torch
@@ -308,6 +309,25 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     residual = float((z @ t - values.double()[:, :, None] * z).abs().max())  # z's rows are the vectors
     assert residual < 10 * n * spec.EPS * float(norm.max())
     assert float((z @ z.mT - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().max()) < 10 * n * spec.EPS
+
+
+@pytest.mark.xfail(strict=True, reason="known limitation: shift groups of GROUP_GAP = 10 eps ||T|| (README)")
+@pytest.mark.parametrize("port", PORTS)
+def test_vectors_of_a_long_chained_cluster(port):
+    # T from the H200 (a 640x512 mixed matrix, tridiagonalised with fused sums): its 358 smallest eigenvalues chain
+    # into one cluster, about 80 of them 2 to 45 eps ||T|| apart. With shift groups of 10 eps ||T||, the last
+    # Gram-Schmidt carries the groups' mixed vectors down the chain: residuals of about 2200 eps ||T|| in both ports
+    # on the CPU (as on the H200), 34 with groups of 3. Sound vectors stay below about 100. Expected to fail until
+    # the eigenvector stage is mended (results/h200/NOTES.md, twenty-first session).
+    data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
+    d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
+    n = d.shape[1]
+    values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(1, device=DEVICE))
+    z = port_stage(port, "_vectors")(d, e, values, norm)[0].double()
+    t = torch.diag(d[0].double()) + torch.diag(e[0, :-1].double(), 1) + torch.diag(e[0, :-1].double(), -1)
+    residuals = (z @ t - values[0].double()[:, None] * z).norm(dim=1)
+    assert float(residuals.max()) < 100 * spec.EPS * float(norm[0])
+    assert float((z @ z.T - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().sum(dim=0).max()) < n * spec.EPS
 
 
 @pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
