@@ -4,7 +4,8 @@ They pin down the definition the ports are judged by (a library solver passes ev
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
 CUDA), and tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
-Gram-Schmidt, the repair of spoiled vectors, the eigenvectors of a T whose long chained cluster once failed).
+Gram-Schmidt, the repair of spoiled vectors, and, as an expected failure, the eigenvectors of a T
+whose long chained cluster the eigenvector stage gets wrong).
 """
 import functools
 import importlib
@@ -167,6 +168,12 @@ def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twenti
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=tolerance)
 
 
+def tridiagonal(d, e):
+    """T [batch, n, n] in float64 from its diagonal d and off-diagonal e [batch, n] (e's last entry unused)."""
+    off = e[:, :-1].double()
+    return torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
+
+
 def port_stage(port, name):
     """A stage of a port (the on-chip Jacobi's `_on_chip`; the n > 64 path's `_reduce`, `_eigenvalues`, `_vectors`,
     `_orthonormalize`, `_repair`, `_back_transform`) on torch tensors: the Pallas port's through DLPack, as
@@ -265,8 +272,7 @@ def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     w, d, e, tau, scale, bounds = port_stage(port, "_reduce")(a, one_launch)
     eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
     h = port_stage(port, "_back_transform")(w, tau, eye).double()
-    off = e[:, :-1].double()
-    t = torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
+    t = tridiagonal(d, e)
     scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
     eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
     assert float((h.mT @ h - eye).abs().max()) < 10 * n * spec.EPS
@@ -305,30 +311,32 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     e[:, -1] = 0.0
     values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
     z = port_stage(port, "_vectors")(d, e, values, norm).double()
-    t = torch.diag_embed(d.double()) + torch.diag_embed(e[:, :-1].double(), 1) + torch.diag_embed(e[:, :-1].double(), -1)
+    t = tridiagonal(d, e)
     residual = float((z @ t - values.double()[:, :, None] * z).abs().max())  # z's rows are the vectors
     assert residual < 10 * n * spec.EPS * float(norm.max())
     assert float((z @ z.mT - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().max()) < 10 * n * spec.EPS
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="its failure is measured through the CPU interpreters")
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="known limitation: shift groups of GROUP_GAP = 10 eps ||T|| (README)")
 @pytest.mark.parametrize("port", PORTS)
 def test_vectors_of_a_long_chained_cluster(port):
     # T from the H200 (a 640x512 mixed matrix, tridiagonalised with fused sums): its 358 smallest eigenvalues chain
-    # into one cluster, about 80 of them 2 to 45 eps ||T|| apart. With shift groups of 10 eps ||T||, the last
+    # into one cluster, 78 of whose gaps are below 10 eps ||T||. With shift groups of 10 eps ||T||, the last
     # Gram-Schmidt carries the groups' mixed vectors down the chain: residuals of about 2200 eps ||T|| in both ports
-    # on the CPU (as on the H200), 34 with groups of 3. Sound vectors stay below about 100. Expected to fail until
-    # the eigenvector stage is mended (results/h200/NOTES.md, twenty-first session).
+    # through the interpreters (with groups of 3: 34). Sound vectors stay below about 100; orthogonality within
+    # 10 n eps (the check's gate is 100). Expected to fail until the eigenvector stage is mended (results/h200/NOTES.md,
+    # twenty-first session); a few minutes in the Triton interpreter.
     data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
     d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
     n = d.shape[1]
     values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(1, device=DEVICE))
     z = port_stage(port, "_vectors")(d, e, values, norm)[0].double()
-    t = torch.diag(d[0].double()) + torch.diag(e[0, :-1].double(), 1) + torch.diag(e[0, :-1].double(), -1)
-    residuals = (z @ t - values[0].double()[:, None] * z).norm(dim=1)
+    residuals = (z @ tridiagonal(d, e)[0] - values[0].double()[:, None] * z).norm(dim=1)
     assert float(residuals.max()) < 100 * spec.EPS * float(norm[0])
-    assert float((z @ z.T - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().sum(dim=0).max()) < n * spec.EPS
+    eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
+    assert float((z @ z.T - eye).abs().sum(dim=0).max()) < 10 * n * spec.EPS
 
 
 @pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
@@ -406,7 +414,7 @@ def test_repair_restores_vectors_spoiled_along_far_clusters(port):
     d = torch.randn(2, n, generator=gen, dtype=torch.float64)
     e = 0.5 * torch.randn(2, n, generator=gen, dtype=torch.float64)
     e[:, -1] = 0.0
-    t = torch.diag_embed(d) + torch.diag_embed(e[:, :-1], 1) + torch.diag_embed(e[:, :-1], -1)
+    t = tridiagonal(d, e)
     values, basis = torch.linalg.eigh(t)  # the float64 reference; the basis's rows are the vectors
     basis = basis.mT.contiguous()
     z = basis.clone()
