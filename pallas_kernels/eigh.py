@@ -198,17 +198,32 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
     partial_ref[block] = largest
 
 
+def _sums(quantities, axis):
+    """The sums of two or four equally shaped arrays over `axis` as one reduction (one round through shared
+    memory, not one a sum): joined on new trailing axes, summed, split again. Pallas's Triton lowering has no
+    reduction of several operands (the Triton port's `tl.reduce` of a tuple); its stack and unstack of two on
+    the last axis are Triton's join and split."""
+    if quantities[0].ndim == 1:  # through rows of one: a split down to no axes lowers to a rank-0 tensor
+        return tuple(jnp.sum(total) for total in _sums(tuple(q[None, :] for q in quantities), 1))
+    if len(quantities) == 4:
+        pairs = jnp.sum(jnp.stack([jnp.stack(quantities[:2], axis=-1), jnp.stack(quantities[2:], axis=-1)], axis=-1),
+                        axis=axis)
+        return (*jnp.unstack(jnp.unstack(pairs, axis=-1)[0], axis=-1),
+                *jnp.unstack(jnp.unstack(pairs, axis=-1)[1], axis=-1))
+    return jnp.unstack(jnp.sum(jnp.stack(quantities, axis=-1), axis=axis), axis=-1)
+
+
 def _householder(row, k, cols):
-    """As the Triton port's `_householder`: (v, tau, d_k, e_k) of row k."""
-    alpha = jnp.sum(jnp.where(cols == k + 1, row, 0.0))
-    sigma = jnp.sum(jnp.where(cols > k + 1, row * row, 0.0))
+    """As the Triton port's `_householder`: (v, tau, d_k, e_k) of row k, its three sums one reduction."""
+    alpha, sigma, diagonal, _ = _sums((jnp.where(cols == k + 1, row, 0.0), jnp.where(cols > k + 1, row * row, 0.0),
+                                      jnp.where(cols == k, row, 0.0), jnp.zeros_like(row)), 0)
     norm = jnp.sqrt(alpha * alpha + sigma)
     beta = jnp.where(alpha >= 0, -norm, norm)
     trivial = sigma == 0.0  # nothing to annihilate (and the last two steps)
     inverse = jnp.where(trivial, 0.0, 1.0 / jnp.where(trivial, 1.0, alpha - beta))
     v = jnp.where(cols == k + 1, 1.0, jnp.where(cols > k + 1, row * inverse, 0.0))
     tau = jnp.where(trivial, 0.0, (beta - alpha) / jnp.where(trivial, 1.0, beta))
-    return v, tau, jnp.sum(jnp.where(cols == k, row, 0.0)), jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
+    return v, tau, diagonal, jnp.where(trivial, alpha, beta)  # e[n - 1] = 0
 
 
 def _scale(partial_ref, partials, needed):
@@ -249,19 +264,19 @@ def _panel_w(panel_ref, p, v, tau, below, j, i, *, n, block_n, nb, chunk):
     def members(c, sums):
         projection, correction = sums
         v_panel, w_panel = _panel_tiles(panel_ref, i, c * chunk, chunk, 0, block_n, n=n, nb=nb)
-        w_v = jnp.sum(w_panel * v[None, :], axis=1)
-        v_v = jnp.sum(v_panel * v[None, :], axis=1)
-        v_next = jnp.sum(jnp.where(next_row[None, :], v_panel, 0.0), axis=1)
-        w_next = jnp.sum(jnp.where(next_row[None, :], w_panel, 0.0), axis=1)
+        w_v, v_v, v_next, w_next = _sums((w_panel * v[None, :], v_panel * v[None, :],
+                                          jnp.where(next_row[None, :], v_panel, 0.0),
+                                          jnp.where(next_row[None, :], w_panel, 0.0)), 1)
         return (projection + jnp.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0),
                 correction + jnp.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0))
 
     zeros = jnp.zeros((block_n,), jnp.float32)
     projection, correction = jax.lax.fori_loop(0, pl.cdiv(i, chunk), members, (zeros, zeros))
     p = jnp.where(below, tau * (p - projection), 0.0)
-    w_row = p - (0.5 * tau * jnp.sum(p * v)) * v
-    return w_row, (correction + jnp.sum(jnp.where(next_row, v, 0.0)) * w_row
-                   + jnp.sum(jnp.where(next_row, w_row, 0.0)) * v)
+    p_v, p_next = _sums((p * v, jnp.where(next_row, p, 0.0)), 0)
+    half = 0.5 * tau * p_v
+    w_row = p - half * v
+    return w_row, correction + w_row + (p_next - half) * v  # v[j + 1] = 1: w_row's own and its entry j + 1 terms
 
 
 def _lower_blocks(rows, cols, j, n):

@@ -159,19 +159,37 @@ def _symmetrize_kernel(a_ptr, w_ptr, partial_ptr, bounds_ptr, n, BLOCK_N: tl.con
     tl.store(partial_ptr + block, largest)
 
 
+# combiners of `tl.reduce` over tuples: several sums in one reduction, one round through shared memory where
+# separate sums take one each (a column's chain of reductions bounds the tridiagonalisation with few matrices)
+@triton.jit
+def _add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
+def _add_triples(a, b, c, d, e, f):
+    return a + d, b + e, c + f
+
+
+@triton.jit
+def _add_quadruples(a, b, c, d, e, f, g, h):
+    return a + e, b + f, c + g, d + h
+
+
 @triton.jit
 def _householder(row, k, cols):
     """The reflector of row k (up to date): (v with v[k + 1] = 1 and zeros up to k, tau, T's d_k and
-    e_k). Nothing to annihilate (and the last two steps): tau = 0, e_k the entry itself."""
-    alpha = tl.sum(tl.where(cols == k + 1, row, 0.0))
-    sigma = tl.sum(tl.where(cols > k + 1, row * row, 0.0))
+    e_k). Nothing to annihilate (and the last two steps): tau = 0, e_k the entry itself. Its three sums are one
+    reduction."""
+    alpha, sigma, diagonal = tl.reduce((tl.where(cols == k + 1, row, 0.0), tl.where(cols > k + 1, row * row, 0.0),
+                                        tl.where(cols == k, row, 0.0)), 0, _add_triples)
     norm = tl.sqrt_rn(alpha * alpha + sigma)
     beta = tl.where(alpha >= 0, -norm, norm)
     trivial = sigma == 0.0
     inverse = tl.where(trivial, 0.0, 1.0 / tl.where(trivial, 1.0, alpha - beta))
     v = tl.where(cols == k + 1, 1.0, tl.where(cols > k + 1, row * inverse, 0.0))
     tau = tl.where(trivial, 0.0, (beta - alpha) / tl.where(trivial, 1.0, beta))
-    return v, tau, tl.sum(tl.where(cols == k, row, 0.0)), tl.where(trivial, alpha, beta)  # e[n - 1] = 0
+    return v, tau, diagonal, tl.where(trivial, alpha, beta)  # e[n - 1] = 0
 
 
 @triton.jit
@@ -221,21 +239,23 @@ def _panel_w(p, v, tau, below, vs, ws, j, i, cols, BLOCK_N: tl.constexpr, CHUNK:
     row j + 1's correction for its reflector, sum_q v_q[j + 1] w_q + w_q[j + 1] v_q over the
     members up to i, while V and W are loaded (one load of the panel a column, not two): (w, correction).
     V and W are read CHUNK members at a time (a loop, not unrolled): a whole NB x BLOCK_N pair of
-    tiles would set the kernels' register peak."""
+    tiles would set the kernels' register peak. A chunk's four sums (W v, V v, and V's and W's entries j + 1)
+    are one reduction, as are w's two (w . v and w[j + 1])."""
     projection = tl.zeros((BLOCK_N,), tl.float32)
     correction = tl.zeros((BLOCK_N,), tl.float32)
     next_row = cols == j + 1
     for first in range(0, tl.cdiv(i, CHUNK)):  # zero-based: see _gram_schmidt_pass
         v_panel, w_panel = _panel_tiles(vs, ws, i, first * CHUNK + tl.arange(0, CHUNK), cols, BLOCK_N)
-        w_v = tl.sum(w_panel * v[None, :], axis=1)
-        v_v = tl.sum(v_panel * v[None, :], axis=1)
+        w_v, v_v, v_next, w_next = tl.reduce((w_panel * v[None, :], v_panel * v[None, :],
+                                              tl.where(next_row[None, :], v_panel, 0.0),
+                                              tl.where(next_row[None, :], w_panel, 0.0)), 1, _add_quadruples)
         projection += tl.sum(w_v[:, None] * v_panel + v_v[:, None] * w_panel, axis=0)
-        v_next = tl.sum(tl.where(next_row[None, :], v_panel, 0.0), axis=1)
-        w_next = tl.sum(tl.where(next_row[None, :], w_panel, 0.0), axis=1)
         correction += tl.sum(v_next[:, None] * w_panel + w_next[:, None] * v_panel, axis=0)
     p = tl.where(below, tau * (p - projection), 0.0)
-    w_row = p - (0.5 * tau * tl.sum(p * v)) * v
-    return w_row, correction + tl.sum(tl.where(next_row, v, 0.0)) * w_row + tl.sum(tl.where(next_row, w_row, 0.0)) * v
+    p_v, p_next = tl.reduce((p * v, tl.where(next_row, p, 0.0)), 0, _add_pairs)
+    half = 0.5 * tau * p_v
+    w_row = p - half * v
+    return w_row, correction + w_row + (p_next - half) * v  # v[j + 1] = 1: w_row's own and its entry j + 1 terms
 
 
 @triton.jit
