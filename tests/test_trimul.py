@@ -296,6 +296,41 @@ def test_one_call_calls_each_implementation_and_reports_a_failure(tmp_path, caps
     assert one_call_main(["trimul", "--case", "smoke"]) == 2  # one case, SET:INDEX
 
 
+SIGN_VARIANT = '''"""A variant file wrong on some inputs only: zeros where the input's first element is positive."""
+import torch
+
+from triton_kernels.trimul import trimul as port
+
+
+def trimul(data):
+    return torch.zeros_like(port(data)) if float(data[0].flatten()[0]) > 0 else port(data)
+'''
+
+
+def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, capsys):
+    # fresh inputs seed by seed, each output checked: the seeds an implementation gets wrong are named (and
+    # recorded), the others pass; --seeds checks exactly the given inputs again
+    from compare.hunt import main as hunt_main, seed_order
+
+    case = SMOKE[0]
+    order = seed_order(case, 1, None)
+    assert [next(order) for _ in range(3)] == [case["seed"], 1, 2] and list(seed_order(case, 1, [9, 4])) == [9, 4]
+    seeds = [case["seed"], 1, 2, 3, 4, 5]
+    wrong = [seed for seed in seeds if float(spec.make_inputs(case, seed)[0].flatten()[0]) > 0]
+    assert 0 < len(wrong) < len(seeds)  # the variant fails some of these inputs, not all
+    sign, path = tmp_path / "trimul_sign.py", tmp_path / "hunt.json"
+    sign.write_text(SIGN_VARIANT)
+    code = hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton,sign", "--variant", f"sign=triton:{sign}",
+                      "--seeds", ",".join(map(str, seeds)), "--json", str(path)])
+    out = capsys.readouterr().out
+    results = json.loads(path.read_text())["results"]
+    assert code == 1 and results["triton"]["inputs"] == results["sign"]["inputs"] == len(seeds)
+    assert results["triton"]["failures"] == [] and [f["seed"] for f in results["sign"]["failures"]] == wrong
+    assert f"--seeds {','.join(map(str, wrong))}" in out
+    assert hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton", "--seeds", "1,2"]) == 0
+    assert hunt_main(["trimul", "--case", "smoke:0", "--seconds", "0"]) == 2
+
+
 @pytest.mark.parametrize("variant, message", [
     ("fast", "NAME=IMPL:FILE"), ("fast=triton", "NAME=IMPL:FILE"), ("pallas=triton:{file}", "is taken"),
     ("fast=nope:{file}", "valid:"), ("fast=triton:{missing}", "not a Python file")])

@@ -1,0 +1,137 @@
+"""Fresh inputs until the time runs out, every output checked: a failure hunt whose failures can be checked again.
+
+    python -m compare.hunt eigh --case bench:7 --impl triton,pallas --seconds 300 --json hunt.json
+
+The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
+that an implementation rarely gets wrong can hide from it: the eigh ports' one failure in 61560 matrices of
+60x1024 mixed showed only on fresh spectra. This draws a new input from each seed in turn (the case's own seed
+first, then --first-seed, --first-seed + 1, ...), runs every implementation on it and checks the output against
+the float64 reference with the workload's check, the driver's; nothing is timed. A failing seed is printed when
+it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status
+1 if any implementation failed or raised on any input, 2 for a bad argument.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+PROGRESS_SECONDS = 30
+
+
+def seed_order(case: dict, first_seed: int, seeds: list[int] | None):
+    """The seeds to draw inputs from: `seeds` as given, or the case's own seed, then first_seed upwards."""
+    if seeds:
+        return iter(seeds)
+    return itertools.chain([case["seed"]], (s for s in itertools.count(first_seed) if s != case["seed"]))
+
+
+def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print, save=None) -> dict:
+    """Each implementation on the input of each seed in turn until `seconds` have passed (the first seed always
+    runs, and every seed of a finite `seeds`): {name: {"inputs", "failures": [{"seed", "reason"}], "worst":
+    {error figure: largest value, NaN as inf}}}. An implementation that fails to load is recorded on the first
+    seed and not called again. save(tally), if given, runs after a seed with a failure, with each progress
+    line and at the end, so a hunt cut short keeps what it found."""
+    from compare.driver import error_text
+    from ports import to_framework, to_torch
+
+    tally = {impl.name: {"inputs": 0, "failures": [], "worst": {}} for impl in impls}
+    functions = {}
+    start = last_report = time.perf_counter()
+    for count, seed in enumerate(seeds):
+        if count and time.perf_counter() - start >= seconds:
+            break
+        inputs = workload.make_inputs(case, seed, device)
+        expected = workload.reference(inputs)
+        found = False
+        for impl in impls:
+            entry = tally[impl.name]
+            if impl.name not in functions and entry["failures"]:
+                continue  # it did not load
+            entry["inputs"] += 1
+            try:
+                if impl.name not in functions:
+                    functions[impl.name] = impl.load()
+                output = to_torch(functions[impl.name](to_framework(impl.framework, inputs)))
+                verdict = workload.check(inputs, output, expected)
+                for name, value in verdict.errors.items():
+                    value = math.inf if math.isnan(value) else value
+                    entry["worst"][name] = max(entry["worst"].get(name, value), value)
+                reason = "" if verdict.passed else verdict.reason
+            except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
+                reason = error_text(error)
+            if reason:
+                entry["failures"].append({"seed": seed, "reason": reason})
+                report(f"seed {seed}: {impl.name} failed: {reason}")
+                found = True
+        now = time.perf_counter()
+        progress = now - last_report >= PROGRESS_SECONDS
+        if progress:
+            last_report = now
+            report(f"{count + 1} inputs in {now - start:.0f} s (seed {seed}); failed: "
+                   + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
+        if save and (found or progress):
+            save(tally)
+    if save:
+        save(tally)
+    return tally
+
+
+def main(argv=None) -> int:
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    from compare.driver import device_info, one_case_arguments, one_case_setup, versions
+
+    parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",
+                                "comma-separated implementations")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="draw new inputs until this long has passed (default 60; the first input always runs)")
+    parser.add_argument("--first-seed", type=int, default=1, help="the seed after the case's own (default 1)")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds to check, all of them and nothing else (a failure found before)")
+    parser.add_argument("--json", default=None, help="write the tally to this JSON file")
+    setup = one_case_setup(parser, argv)
+    if setup is None:
+        return 2
+    args, workload, case, impls = setup
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s] if args.seeds else None
+    except ValueError:
+        print(f"bad argument: --seeds takes comma-separated integers, got {args.seeds!r}", file=sys.stderr)
+        return 2
+    if args.seconds <= 0:
+        print("bad argument: --seconds must be positive", file=sys.stderr)
+        return 2
+    if not on_gpu:
+        print("no CUDA GPU: the kernels run through the Triton interpreter and Pallas interpret mode",
+              file=sys.stderr)
+    name = workload.case_name(case)
+    header = {"workload": workload.name, "case": name, "params": case, **device_info(), "versions": versions(),
+              "seconds": args.seconds, "seeds": seeds}
+
+    def save(tally):
+        with open(args.json, "w") as handle:
+            json.dump({**header, "results": tally}, handle, indent=1)
+
+    tally = hunt(workload, case, impls, seed_order(case, args.first_seed, seeds),
+                 math.inf if seeds else args.seconds, "cuda" if on_gpu else "cpu",
+                 report=lambda line: print(line, flush=True), save=save if args.json else None)
+    for impl_name, entry in tally.items():
+        worst = ", ".join(f"{figure} {value:.3g}" for figure, value in entry["worst"].items())
+        print(f"{name} {impl_name}: {entry['inputs']} inputs, {len(entry['failures'])} failed"
+              + (f"; worst {worst}" if worst else ""))
+    failed_seeds = sorted({f["seed"] for entry in tally.values() for f in entry["failures"]})
+    if failed_seeds:
+        print(f"check them again: python -m compare.hunt {args.workload} --case {args.case} --impl {args.impl} "
+              f"--seeds {','.join(map(str, failed_seeds))}")
+    return 1 if failed_seeds else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
