@@ -249,7 +249,8 @@ def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
 
 
 def one_case_arguments(prog: str, description: str, case_default: str, impl_default: str, impl_help: str):
-    """The argument parser of the one-case tools (kernel_times, hopper_compile): WORKLOAD, --case, --impl."""
+    """The argument parser of the one-case tools (kernel_times, hopper_compile, one_call, hunt): WORKLOAD, --case,
+    --impl, --variant."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=prog, description=description,

@@ -3,12 +3,12 @@
     python -m compare.hunt eigh --case bench:7 --impl triton,pallas --seconds 300 --json hunt.json
 
 The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
-that an implementation rarely gets wrong can hide from it: the eigh ports' one failure in 61560 matrices of
-60x1024 mixed showed only on fresh spectra. This draws a new input from each seed in turn (the case's own seed
+that an implementation rarely gets wrong can hide from it: the eigh Triton port's one failure in 61560 matrices
+of 60x1024 mixed (with its earlier shift groups) showed only on fresh spectra. This draws a new input from each seed in turn (the case's own seed
 first, then --first-seed, --first-seed + 1, ...), runs every implementation on it and checks the output against
 the float64 reference with the workload's check, the driver's; nothing is timed. A failing seed is printed when
 it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status
-1 if any implementation failed or raised on any input, 2 for a bad argument.
+1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
 """
 from __future__ import annotations
 
@@ -32,51 +32,55 @@ def seed_order(case: dict, first_seed: int, seeds: list[int] | None):
 def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print, save=None) -> dict:
     """Each implementation on the input of each seed in turn until `seconds` have passed (the first seed always
     runs, and every seed of a finite `seeds`): {name: {"inputs", "failures": [{"seed", "reason"}], "worst":
-    {error figure: largest value, NaN as inf}}}. An implementation that fails to load is recorded on the first
-    seed and not called again. save(tally), if given, runs after a seed with a failure, with each progress
-    line and at the end, so a hunt cut short keeps what it found."""
+    {figure: largest value the check gave}, "load_error"}}. An implementation that fails to load is recorded
+    (load_error) and left out. save(tally), if given, runs after a seed with a failure, with each progress line
+    and at the end, also when the hunt is interrupted, so a hunt cut short keeps what it found."""
     from compare.driver import error_text
     from ports import to_framework, to_torch
 
-    tally = {impl.name: {"inputs": 0, "failures": [], "worst": {}} for impl in impls}
+    tally = {impl.name: {"inputs": 0, "failures": [], "worst": {}, "load_error": None} for impl in impls}
     functions = {}
+    for impl in impls:
+        try:
+            functions[impl.name] = (impl, impl.load())
+        except Exception as error:  # noqa: BLE001 - recorded; the others hunt on
+            tally[impl.name]["load_error"] = error_text(error)
+            report(f"{impl.name} failed to load: {tally[impl.name]['load_error']}")
     start = last_report = time.perf_counter()
-    for count, seed in enumerate(seeds):
-        if count and time.perf_counter() - start >= seconds:
-            break
-        inputs = workload.make_inputs(case, seed, device)
-        expected = workload.reference(inputs)
-        found = False
-        for impl in impls:
-            entry = tally[impl.name]
-            if impl.name not in functions and entry["failures"]:
-                continue  # it did not load
-            entry["inputs"] += 1
-            try:
-                if impl.name not in functions:
-                    functions[impl.name] = impl.load()
-                output = to_torch(functions[impl.name](to_framework(impl.framework, inputs)))
-                verdict = workload.check(inputs, output, expected)
-                for name, value in verdict.errors.items():
-                    value = math.inf if math.isnan(value) else value
-                    entry["worst"][name] = max(entry["worst"].get(name, value), value)
-                reason = "" if verdict.passed else verdict.reason
-            except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
-                reason = error_text(error)
-            if reason:
-                entry["failures"].append({"seed": seed, "reason": reason})
-                report(f"seed {seed}: {impl.name} failed: {reason}")
-                found = True
-        now = time.perf_counter()
-        progress = now - last_report >= PROGRESS_SECONDS
-        if progress:
-            last_report = now
-            report(f"{count + 1} inputs in {now - start:.0f} s (seed {seed}); failed: "
-                   + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
-        if save and (found or progress):
+    try:
+        for count, seed in enumerate(seeds):
+            if count and time.perf_counter() - start >= seconds:
+                break
+            inputs = workload.make_inputs(case, seed, device)
+            expected = workload.reference(inputs)
+            found = False
+            for name, (impl, function) in functions.items():
+                entry = tally[name]
+                entry["inputs"] += 1
+                try:
+                    output = to_torch(function(to_framework(impl.framework, inputs)))
+                    verdict = workload.check(inputs, output, expected)
+                    for figure, value in verdict.errors.items():
+                        value = math.inf if math.isnan(value) else value
+                        entry["worst"][figure] = max(entry["worst"].get(figure, value), value)
+                    reason = "" if verdict.passed else verdict.reason
+                except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
+                    reason = error_text(error)
+                if reason:
+                    entry["failures"].append({"seed": seed, "reason": reason})
+                    report(f"seed {seed}: {name} failed: {reason}")
+                    found = True
+            now = time.perf_counter()
+            progress = now - last_report >= PROGRESS_SECONDS
+            if progress:
+                last_report = now
+                report(f"{count + 1} inputs in {now - start:.0f} s (seed {seed}); failed: "
+                       + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
+            if save and (found or progress):
+                save(tally)
+    finally:
+        if save:
             save(tally)
-    if save:
-        save(tally)
     return tally
 
 
@@ -101,7 +105,7 @@ def main(argv=None) -> int:
         return 2
     args, workload, case, impls = setup
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s] if args.seeds else None
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds is not None else None
     except ValueError:
         print(f"bad argument: --seeds takes comma-separated integers, got {args.seeds!r}", file=sys.stderr)
         return 2
@@ -113,24 +117,30 @@ def main(argv=None) -> int:
               file=sys.stderr)
     name = workload.case_name(case)
     header = {"workload": workload.name, "case": name, "params": case, **device_info(), "versions": versions(),
-              "seconds": args.seconds, "seeds": seeds}
+              "seconds": None if seeds else args.seconds, "first_seed": None if seeds else args.first_seed,
+              "seeds": seeds}
 
-    def save(tally):
-        with open(args.json, "w") as handle:
+    def save(tally):  # whole or not at all: written beside, then moved over
+        with open(f"{args.json}.part", "w") as handle:
             json.dump({**header, "results": tally}, handle, indent=1)
+        os.replace(f"{args.json}.part", args.json)
 
     tally = hunt(workload, case, impls, seed_order(case, args.first_seed, seeds),
                  math.inf if seeds else args.seconds, "cuda" if on_gpu else "cpu",
                  report=lambda line: print(line, flush=True), save=save if args.json else None)
     for impl_name, entry in tally.items():
+        if entry["load_error"]:
+            print(f"{name} {impl_name}: failed to load: {entry['load_error']}")
+            continue
         worst = ", ".join(f"{figure} {value:.3g}" for figure, value in entry["worst"].items())
         print(f"{name} {impl_name}: {entry['inputs']} inputs, {len(entry['failures'])} failed"
               + (f"; worst {worst}" if worst else ""))
     failed_seeds = sorted({f["seed"] for entry in tally.values() for f in entry["failures"]})
     if failed_seeds:
-        print(f"check them again: python -m compare.hunt {args.workload} --case {args.case} --impl {args.impl} "
-              f"--seeds {','.join(map(str, failed_seeds))}")
-    return 1 if failed_seeds else 0
+        variants = "".join(f" --variant {spec}" for spec in args.variant)
+        print(f"check them again: python -m compare.hunt {args.workload} --case {args.case} --impl {args.impl}"
+              f"{variants} --seeds {','.join(map(str, failed_seeds))}")
+    return 1 if failed_seeds or any(entry["load_error"] for entry in tally.values()) else 0
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
 
 
 def _sums(quantities, axis):
-    """The sums of two or four equally shaped arrays over `axis` as one reduction (one round through shared
+    """The sums of two or four equally shaped arrays over `axis` as one reduction (three: pad with zeros) (one round through shared
     memory, not one a sum): joined on new trailing axes, summed, split again. Pallas's Triton lowering has no
     reduction of several operands (the Triton port's `tl.reduce` of a tuple); its stack and unstack of two on
     the last axis are Triton's join and split."""
@@ -208,8 +208,8 @@ def _sums(quantities, axis):
     if len(quantities) == 4:
         pairs = jnp.sum(jnp.stack([jnp.stack(quantities[:2], axis=-1), jnp.stack(quantities[2:], axis=-1)], axis=-1),
                         axis=axis)
-        return (*jnp.unstack(jnp.unstack(pairs, axis=-1)[0], axis=-1),
-                *jnp.unstack(jnp.unstack(pairs, axis=-1)[1], axis=-1))
+        first, second = jnp.unstack(pairs, axis=-1)
+        return *jnp.unstack(first, axis=-1), *jnp.unstack(second, axis=-1)
     return jnp.unstack(jnp.sum(jnp.stack(quantities, axis=-1), axis=axis), axis=-1)
 
 

@@ -4,8 +4,8 @@ They pin down the definition the ports are judged by (a library solver passes ev
 check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
 CUDA), and tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
-Gram-Schmidt, the repair of spoiled vectors, and, as an expected failure, the eigenvectors of a T
-whose long chained cluster the eigenvector stage gets wrong).
+Gram-Schmidt, the repair of spoiled vectors, and the eigenvectors of a T whose long chained cluster
+the eigenvector stage got wrong with wider shift groups).
 """
 import functools
 import importlib

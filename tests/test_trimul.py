@@ -316,7 +316,8 @@ def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, 
     order = seed_order(case, 1, None)
     assert [next(order) for _ in range(3)] == [case["seed"], 1, 2] and list(seed_order(case, 1, [9, 4])) == [9, 4]
     seeds = [case["seed"], 1, 2, 3, 4, 5]
-    wrong = [seed for seed in seeds if float(spec.make_inputs(case, seed)[0].flatten()[0]) > 0]
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the hunt's: the generator's device sets the input
+    wrong = [seed for seed in seeds if float(spec.make_inputs(case, seed, device)[0].flatten()[0]) > 0]
     assert 0 < len(wrong) < len(seeds)  # the variant fails some of these inputs, not all
     sign, path = tmp_path / "trimul_sign.py", tmp_path / "hunt.json"
     sign.write_text(SIGN_VARIANT)
@@ -326,9 +327,18 @@ def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, 
     results = json.loads(path.read_text())["results"]
     assert code == 1 and results["triton"]["inputs"] == results["sign"]["inputs"] == len(seeds)
     assert results["triton"]["failures"] == [] and [f["seed"] for f in results["sign"]["failures"]] == wrong
-    assert f"--seeds {','.join(map(str, wrong))}" in out
+    assert f"--variant sign=triton:{sign} --seeds {','.join(map(str, wrong))}" in out  # the command to check again
+    # a time-limited hunt runs the case's own seed at least; one that does not load is named and left out
+    broken = tmp_path / "trimul_broken.py"
+    broken.write_text("raise ImportError('no module')\n")
+    code = hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton,broken", "--variant", f"broken=triton:{broken}",
+                      "--seconds", "0.001", "--json", str(path)])
+    record = json.loads(path.read_text())
+    assert code == 1 and record["first_seed"] == 1 and record["results"]["triton"]["inputs"] == 1
+    assert record["results"]["triton"]["failures"] == [] and "no module" in record["results"]["broken"]["load_error"]
     assert hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton", "--seeds", "1,2"]) == 0
     assert hunt_main(["trimul", "--case", "smoke:0", "--seconds", "0"]) == 2
+    assert hunt_main(["trimul", "--case", "smoke:0", "--seeds", ","]) == 2
 
 
 @pytest.mark.parametrize("variant, message", [
