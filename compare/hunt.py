@@ -4,9 +4,10 @@
 
 The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
 that an implementation rarely gets wrong can hide from it: the eigh Triton port's one failure in 61560 matrices
-of 60x1024 mixed (with its earlier shift groups) showed only on fresh spectra. This draws a new input from each seed in turn (the case's own seed
-first, then --first-seed, --first-seed + 1, ...), runs every implementation on it and checks the output against
-the float64 reference with the workload's check, the driver's; nothing is timed. A failing seed is printed when
+of 60x1024 mixed (with its earlier shift groups) showed only on fresh spectra. This draws a new input from each
+seed in turn (the case's own seed first, then --first-seed, --first-seed + 1, ...), runs every implementation on
+it and checks the output against the float64 reference with the workload's check, the driver's; nothing is
+timed. A failing seed is printed when
 it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status
 1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
 """

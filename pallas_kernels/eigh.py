@@ -199,10 +199,10 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
 
 
 def _sums(quantities, axis):
-    """The sums of two or four equally shaped arrays over `axis` as one reduction (three: pad with zeros) (one round through shared
-    memory, not one a sum): joined on new trailing axes, summed, split again. Pallas's Triton lowering has no
-    reduction of several operands (the Triton port's `tl.reduce` of a tuple); its stack and unstack of two on
-    the last axis are Triton's join and split."""
+    """The sums of two or four equally shaped arrays over `axis` (three: add a zero array) as one reduction (one
+    round through shared memory, not one a sum): joined on new trailing axes, summed, split again. Pallas's Triton
+    lowering has no reduction of several operands (the Triton port's `tl.reduce` of a tuple); its stack and unstack
+    of two on the last axis are Triton's join and split."""
     if quantities[0].ndim == 1:  # through rows of one: a split down to no axes lowers to a rank-0 tensor
         return tuple(jnp.sum(total) for total in _sums(tuple(q[None, :] for q in quantities), 1))
     if len(quantities) == 4:

@@ -419,14 +419,14 @@ REPAIR_RESIDUAL = 500  # a vector with ||T x - value x|| above this many eps ||T
 # rounding along far clusters' vectors (seen at orthogonality 200 to 1500 with residuals of 1e4 on the H200,
 # results/h200/NOTES.md); sound vectors stay below about 100
 GROUP_GAP = 5  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift, half a gap below the
-# group's first. A group chains its gaps, and the eigenvalue below it is only half a gap from the shift, so a wide group's
-# vectors come out mixed with that neighbour, which the last Gram-Schmidt carries down a long chained cluster: with 10,
-# 1 matrix in 61560 of the 60x1024 mixed row failed (orthogonality 397). H200, the same fresh seeds with 10 / 2 / 3 / 5
-# (Triton; worst orthogonality, gate 100): 60x1024 mixed 397 / 26.7 / 12.2 / 13.9, 60x1024 LAPACK geometric
+# group's first. A group chains its gaps, and the eigenvalue below it is only half a gap from the shift, so a wide
+# group's vectors come out mixed with that neighbour, which the last Gram-Schmidt carries down a long chained cluster:
+# with 10, 1 matrix in 61560 of the 60x1024 mixed row failed (orthogonality 397). H200, the same fresh seeds with 10 /
+# 2 / 3 / 5 (Triton; worst orthogonality, gate 100): 60x1024 mixed 397 / 26.7 / 12.2 / 13.9, 60x1024 LAPACK geometric
 # 16.1 / 8347 / 27.7 / 21.4, 16x512 LAPACK geometric 35.3 / 50.0 / 45.1 / 31.8, 16x512 repeated 0.52 / 15.7 / 6.2 /
 # 0.51 (results/h200/NOTES.md). The failing 512 T of tests/test_eigh.py: largest vector residual 2218 eps ||T|| with
-# 10, 34 with 3, 19 with 4, 31 with 5, 104 with 6, 45 with 7 (Pallas interpreter): not monotonic, a threshold and no cure.
-# Groups of 1 failed about 1% of the clustered rows' matrices on the H200 (narrower is not safer)
+# 10, 34 with 3, 19 with 4, 31 with 5, 104 with 6, 45 with 7 (Pallas interpreter): not monotonic, a threshold and no
+# cure. Groups of 1 failed about 1% of the clustered rows' matrices on the H200 (narrower is not safer)
 CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T||_2 are orthogonalised against each other (LAPACK's
 # dstein, which measures with the 1-norm: for a dense random matrix that is about 0.4 sqrt(n) times larger, and the
 # clusters it chains up, hundreds of vectors long at n = 512, cost most of the Gram-Schmidt's time)
