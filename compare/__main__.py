@@ -53,11 +53,9 @@ def _split(values):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    import torch
+    from compare import gpu_or_interpreters
 
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    on_gpu = gpu_or_interpreters()
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
 
     from ports import WORKLOAD_MODULES, get_workload

@@ -86,11 +86,9 @@ def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print
 
 
 def main(argv=None) -> int:
-    import torch
+    from compare import gpu_or_interpreters
 
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    on_gpu = gpu_or_interpreters()
     from compare.driver import device_info, one_case_arguments, one_case_setup, versions
 
     parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",

@@ -11,10 +11,11 @@ orders: there differences are expected and say nothing about the GPU.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
+
+from compare import gpu_or_interpreters
 
 TILINGS = [  # (tile_m, tile_n, tile_k, warps, stages); the first is the reference
     (128, 256, 64, 8, 3), (64, 64, 64, 4, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 256, 64, 8, 4),
@@ -32,13 +33,11 @@ def _kernel_us(function, data) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare.matmul_tilings", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    on_gpu = torch.cuda.is_available()
+    on_gpu = gpu_or_interpreters()
     parser.add_argument("--m", default="1,128,1000" if on_gpu else "70", help="comma-separated row counts")
     parser.add_argument("--n", type=int, default=4096 if on_gpu else 96)
     parser.add_argument("--k", type=int, default=4096 if on_gpu else 160)
     args = parser.parse_args(argv)
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
 
     from ports import first_difference
     from ports.matmul import MatmulTiling
