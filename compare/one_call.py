@@ -16,6 +16,9 @@ import sys
 
 
 def main(argv=None) -> int:
+    from compare import gpu_or_interpreters
+
+    on_gpu = gpu_or_interpreters()
     # imported here: the driver imports the kernel-time helpers this shares
     from compare.driver import error_text, one_case_arguments, one_case_setup
     from compare.kernel_times import wait_for
@@ -27,11 +30,8 @@ def main(argv=None) -> int:
     if setup is None:
         return 2
     args, workload, case, impls = setup
-    import torch
-
     from ports import to_framework
 
-    on_gpu = torch.cuda.is_available()
     inputs = workload.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")
     failed = False
     for impl in impls:

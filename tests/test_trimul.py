@@ -6,6 +6,7 @@ on a machine with CUDA the GPU tests also run GPU MODE's 18 test cases.
 import dataclasses
 import json
 import math
+import os
 import sys
 from types import SimpleNamespace
 
@@ -294,6 +295,16 @@ def test_one_call_calls_each_implementation_and_reports_a_failure(tmp_path, caps
     assert code == 1 and "broken: failed: RuntimeError: no kernel" in out and "counted: 2 call(s)" in out
     assert len(ports._module_from_file(str(counted)).CALLS) == 2
     assert one_call_main(["trimul", "--case", "smoke"]) == 2  # one case, SET:INDEX
+
+
+def test_tools_choose_the_triton_interpreter_without_a_gpu(monkeypatch):
+    # the driver and its one-case tools run the kernels through the interpreter on a CPU (set before triton loads)
+    from compare import gpu_or_interpreters
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    on_gpu = gpu_or_interpreters()
+    assert on_gpu == torch.cuda.is_available()
+    assert os.environ.get("TRITON_INTERPRET") == (None if on_gpu else "1")
 
 
 SIGN_VARIANT = '''"""A variant file wrong on some inputs only: zeros where the input's first element is positive."""
