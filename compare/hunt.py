@@ -5,11 +5,11 @@
 The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
 that an implementation rarely gets wrong can hide from it: the eigh Triton port's one failure in 61560 matrices
 of 60x1024 mixed (with its earlier shift groups) showed only on fresh spectra. This draws a new input from each
-seed in turn (the case's own seed first, then --first-seed, --first-seed + 1, ...), runs every implementation on
-it and checks the output against the float64 reference with the workload's check, the driver's; nothing is
-timed. A failing seed is printed when
-it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status
-1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
+seed in turn (the case's own seed first, then 1, 2, ...; with --first-seed S: S, S + 1, ..., so that hunts over
+different ranges share no input), runs every implementation on it and checks the output against the float64
+reference with the workload's check, the driver's; nothing is timed. A failing seed is printed when it is found,
+and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status 1 if any
+implementation failed to load, or failed or raised on any input; 2 for a bad argument.
 """
 from __future__ import annotations
 
@@ -23,11 +23,14 @@ import time
 PROGRESS_SECONDS = 30
 
 
-def seed_order(case: dict, first_seed: int, seeds: list[int] | None):
-    """The seeds to draw inputs from: `seeds` as given, or the case's own seed, then first_seed upwards."""
+def seed_order(case: dict, first_seed: int | None, seeds: list[int] | None):
+    """The seeds to draw inputs from: `seeds` as given; from first_seed upwards if given; else the case's own seed
+    (the driver's first pool input), then 1 upwards."""
     if seeds:
         return iter(seeds)
-    return itertools.chain([case["seed"]], (s for s in itertools.count(first_seed) if s != case["seed"]))
+    if first_seed is not None:
+        return itertools.count(first_seed)
+    return itertools.chain([case["seed"]], (s for s in itertools.count(1) if s != case["seed"]))
 
 
 def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print, save=None) -> dict:
@@ -95,7 +98,8 @@ def main(argv=None) -> int:
                                 "comma-separated implementations")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="draw new inputs until this long has passed (default 60; the first input always runs)")
-    parser.add_argument("--first-seed", type=int, default=1, help="the seed after the case's own (default 1)")
+    parser.add_argument("--first-seed", type=int, default=None,
+                        help="draw from this seed upwards (default: the case's own seed, then 1 upwards)")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds to check, all of them and nothing else (a failure found before)")
     parser.add_argument("--json", default=None, help="write the tally to this JSON file")

@@ -324,8 +324,9 @@ def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, 
     from compare.hunt import main as hunt_main, seed_order
 
     case = SMOKE[0]
-    order = seed_order(case, 1, None)
+    order, ranged = seed_order(case, None, None), seed_order(case, 200, None)
     assert [next(order) for _ in range(3)] == [case["seed"], 1, 2] and list(seed_order(case, 1, [9, 4])) == [9, 4]
+    assert [next(ranged) for _ in range(2)] == [200, 201]  # a range given: the case's own seed is not drawn again
     seeds = [case["seed"], 1, 2, 3, 4, 5]
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the hunt's: the generator's device sets the input
     wrong = [seed for seed in seeds if float(spec.make_inputs(case, seed, device)[0].flatten()[0]) > 0]
@@ -345,7 +346,7 @@ def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, 
     code = hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton,broken", "--variant", f"broken=triton:{broken}",
                       "--seconds", "0.001", "--json", str(path)])
     record = json.loads(path.read_text())
-    assert code == 1 and record["first_seed"] == 1 and record["results"]["triton"]["inputs"] == 1
+    assert code == 1 and record["first_seed"] is None and record["results"]["triton"]["inputs"] == 1
     assert record["results"]["triton"]["failures"] == [] and "no module" in record["results"]["broken"]["load_error"]
     assert hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton", "--seeds", "1,2"]) == 0
     assert hunt_main(["trimul", "--case", "smoke:0", "--seconds", "0"]) == 2
