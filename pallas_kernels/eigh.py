@@ -12,8 +12,8 @@ columns, rows and both, and V's partner columns, so that J^T A J is formed eleme
 0.43, against the Triton port's 0.16 (results/h200/NOTES.md); the exchange it replaced was a float32
 product with the 0/1 permutation, and three bfloat16 products or halves exchanged by reshapes once per
 set bit of m were slower still. The matrix is scaled by 1/max|A| and symmetrised
-first; both members of a pair use the same averaged A[p, q]. Sweeps stop once every off-diagonal
-element is below eps. Sorting the eigenvalues is glue outside the kernel.
+first; both members of a pair use the same averaged A[p, q], and each round sets its pairs' A[p, q] to zero (the
+Triton port's docstring says why). Sweeps stop once every off-diagonal element is below eps. Sorting the eigenvalues is glue outside the kernel.
 
 n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
 T = H^T (A / max|A|) H (`_symmetrize_kernel`, then, the trailing matrix in global memory, either
@@ -104,8 +104,9 @@ def _checked(tile, transposed, bounds_ref, first):
     return tile, transposed, largest
 
 
-def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance, interpret):
-    """Diagonalises one size x size matrix (its checks' bounds in bounds_ref). Each round writes A and V to
+def _jacobi_kernel(a_ref, q_ref, l_ref, sweeps_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance,
+                   interpret):
+    """Diagonalises one size x size matrix (the sweeps it took in sweeps_ref, its checks' bounds in bounds_ref). Each round writes A and V to
     exchange_ref (two slots, used in turn from round to round, across sweeps too, so that a round's writes never
     race the previous round's reads) and reads back the partners' rows and columns at gathered indices: one
     barrier a round."""
@@ -149,6 +150,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_s
         a_both = gathered(a_slot, partner[:, None], partner[None, :])
         a = (c[:, None] * (c[None, :] * a - s[None, :] * a_cols)
              - s[:, None] * (c[None, :] * a_rows - s[None, :] * a_both))
+        a = jnp.where(rows[None, :] == partner[:, None], 0.0, a)  # the pairs' A[p, q], zero in exact arithmetic
         v_cols = gathered(v_slot, rows[:, None], partner[None, :])
         return a, c[None, :] * v - s[None, :] * v_cols
 
@@ -161,26 +163,27 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, bounds_ref, exchange_ref, *, size, max_s
         count, _, _, off = carry
         return (count < max_sweeps) & (off > tolerance)
 
-    _, a, v, _ = jax.lax.while_loop(unconverged, sweep, (0, a, eye.astype(jnp.float32), off_diagonal(a)))
+    count, a, v, _ = jax.lax.while_loop(unconverged, sweep, (0, a, eye.astype(jnp.float32), off_diagonal(a)))
     q_ref[...] = v
     l_ref[...] = diagonal_of(a) * scale
+    sweeps_ref[0] = count
 
 
 def _on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
-    """(V, diagonal, the checks' bounds [batch, 3]) of the on-chip Jacobi, unsorted, for each matrix of a
-    [batch, N, N]."""
+    """(V, diagonal, the sweeps taken [batch, 1] int32, the checks' bounds [batch, 3]) of the on-chip Jacobi,
+    unsorted, for each matrix of a [batch, N, N]."""
     count, size, _ = a.shape
-    vectors, values, bounds, _ = pl.pallas_call(
+    vectors, values, sweeps, bounds, _ = pl.pallas_call(
         functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS, interpret=interpret),
-        out_shape=(_f32((count, size, size)), _f32((count, size)), _f32((count, 3)),
-                   _f32((count, JACOBI_EXCHANGE_SLOTS, size, size))),  # the exchange's buffer
+        out_shape=(_f32((count, size, size)), _f32((count, size)), jax.ShapeDtypeStruct((count, 1), jnp.int32),
+                   _f32((count, 3)), _f32((count, JACOBI_EXCHANGE_SLOTS, size, size))),  # the exchange's buffer
         grid=(count,), in_specs=[_per_matrix(size, size)],
-        out_specs=(_per_matrix(size, size), _per_matrix(size), _per_matrix(3),
+        out_specs=(_per_matrix(size, size), _per_matrix(size), _per_matrix(1), _per_matrix(3),
                    _per_matrix(JACOBI_EXCHANGE_SLOTS, size, size)),
         compiler_params=pltriton.CompilerParams(num_warps=JACOBI_EXCHANGE_WARPS, num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a)
-    return vectors, values, bounds
+    return vectors, values, sweeps, bounds
 
 
 def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, rows_per_tile):
@@ -1343,7 +1346,7 @@ def _jacobi(a, *, interpret):
     batch, n, _ = a.shape
     size = jacobi_size(n)
     check_offsets(batch, size, JACOBI_EXCHANGE_SLOTS)
-    vectors, values, bounds = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
+    vectors, values, _, bounds = _on_chip(jnp.pad(a, ((0, 0), (0, size - n), (0, size - n))), interpret=interpret)
     vectors, values = vectors[:, :n, :n], values[:, :n]
     order = jnp.argsort(values, axis=-1)
     return (jnp.take_along_axis(vectors, order[:, None, :], axis=-1), jnp.take_along_axis(values, order, axis=-1),

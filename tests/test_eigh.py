@@ -184,6 +184,16 @@ def port_stage(port, name):
     return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
 
 
+@pytest.mark.parametrize("port", PORTS)
+def test_on_chip_jacobi_stops_at_eps(port):
+    # Sweeps stop once every off-diagonal element is below eps, well before JACOBI_MAX_SWEEPS. Before each round set
+    # its pairs' A[p, q] to zero, their rounding remnants of 1 to 3 eps kept every dense matrix sweeping to the cap.
+    a = spec.make_inputs(spec._case(4, 32, 0, 91, "dense"), 91, DEVICE)
+    a[2:] = spec.make_inputs(spec._case(2, 32, 0, 92, "clustered"), 92, DEVICE)
+    _, _, sweeps, _ = port_stage(port, "_on_chip")(a)
+    assert int(sweeps[:2].max()) <= 8 and int(sweeps.max()) < spec.JACOBI_MAX_SWEEPS, sweeps.flatten().tolist()
+
+
 @pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "over-launches"])
 @pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
 @pytest.mark.parametrize("port", PORTS)

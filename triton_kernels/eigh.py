@@ -13,8 +13,11 @@ permutation instead, and its on-chip kernel is about 4 times slower: results/h20
 Padding rows and columns are zero off the diagonal, so they never mix with the matrix. The
 matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the extreme
 magnitudes); both members of a pair compute their rotation from the same averaged
-A[p, q], so they agree on it exactly. Sweeps stop once every off-diagonal element is below eps;
-the launcher sorts the eigenvalues (glue).
+A[p, q], so they agree on it exactly. Each round then sets its pairs' A[p, q] to zero, as the rotations
+make them in exact arithmetic (computed, each keeps a remnant of about eps times its pair's diagonal, which held the
+largest off-diagonal element at 1 to 3 eps, so that the stop below was never met and every call ran
+JACOBI_MAX_SWEEPS sweeps). Sweeps stop once every off-diagonal element is below eps; the launcher sorts the
+eigenvalues (glue).
 
 The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the kernels that read A first, the Jacobi
 kernel and `_symmetrize_kernel` (`_checked`): they count what they read, zero the entries that are not finite (so
@@ -107,8 +110,10 @@ def _checked(tile, transposed, bounds_ptr):
 
 
 @triton.jit
-def _jacobi_kernel(a_ptr, q_ptr, l_ptr, bounds_ptr, tolerance, N: tl.constexpr, MAX_SWEEPS: tl.constexpr):
-    """Program i diagonalises the N x N matrix i of `a` (its checks' bounds in bounds[i, :3])."""
+def _jacobi_kernel(a_ptr, q_ptr, l_ptr, sweeps_ptr, bounds_ptr, tolerance, N: tl.constexpr,
+                   MAX_SWEEPS: tl.constexpr):
+    """Program i diagonalises the N x N matrix i of `a` (the sweeps it took in sweeps[i], its checks' bounds in
+    bounds[i, :3])."""
     matrix = tl.program_id(0)
     rows = tl.arange(0, N)
     a = tl.load(a_ptr + matrix * N * N + rows[:, None] * N + rows[None, :])
@@ -134,11 +139,13 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, bounds_ptr, tolerance, N: tl.constexpr, 
             s = tl.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
             a = c[None, :] * a - s[None, :] * _exchange(a, partner, 1, N)  # A J
             a = c[:, None] * a - s[:, None] * _exchange(a, partner, 0, N)  # J^T (A J)
+            a = tl.where(rows[None, :] == partner[:, None], 0.0, a)  # the pairs' A[p, q], zero in exact arithmetic
             v = c[None, :] * v - s[None, :] * _exchange(v, partner, 1, N)
         off = _off_diagonal_max(a, eye)
         sweep += 1
     tl.store(q_ptr + matrix * N * N + rows[:, None] * N + rows[None, :], v)
     tl.store(l_ptr + matrix * N + rows, _diagonal(a, eye) * scale)
+    tl.store(sweeps_ptr + matrix, sweep)
 
 
 @triton.jit
@@ -1033,15 +1040,16 @@ def _back_transform_kernel(w_ptr, t_ptr, z_ptr, q_ptr, n, VECTORS: tl.constexpr,
 
 
 def _on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
-    """(V, diagonal, the checks' bounds [batch, 3]) of the on-chip Jacobi, unsorted, for each matrix of a
-    [batch, N, N]."""
+    """(V, diagonal, the sweeps taken [batch, 1] int32, the checks' bounds [batch, 3]) of the on-chip Jacobi,
+    unsorted, for each matrix of a [batch, N, N]."""
     count, size, _ = a.shape
     vectors = torch.empty((count, size, size), device=a.device, dtype=torch.float32)
     values = torch.empty((count, size), device=a.device, dtype=torch.float32)
+    sweeps = torch.empty((count, 1), device=a.device, dtype=torch.int32)
     bounds = _bounds(count, device=a.device)
-    _jacobi_kernel[(count,)](a, vectors, values, bounds, EPS, N=size, MAX_SWEEPS=max_sweeps,
+    _jacobi_kernel[(count,)](a, vectors, values, sweeps, bounds, EPS, N=size, MAX_SWEEPS=max_sweeps,
                              num_warps=jacobi_warps(size))
-    return vectors, values, bounds
+    return vectors, values, sweeps, bounds
 
 
 def _bounds(*shape, device):
@@ -1307,7 +1315,7 @@ def _jacobi(a: torch.Tensor):
     batch, n, _ = a.shape
     size = jacobi_size(n)
     check_offsets(batch, size)
-    vectors, values, bounds = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
+    vectors, values, _, bounds = _on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
     vectors, values = vectors[:, :n, :n], values[:, :n]
     values, order = values.sort(dim=-1)
     return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values, bounds.amax(dim=0)
