@@ -11,9 +11,10 @@ columns, rows and both, and V's partner columns, so that J^T A J is formed eleme
 (the Triton port forms A J, then J^T (A J)). On the H200 this took the 20x32 kernel from 0.86 ms to
 0.43, against the Triton port's 0.16 (results/h200/NOTES.md); the exchange it replaced was a float32
 product with the 0/1 permutation, and three bfloat16 products or halves exchanged by reshapes once per
-set bit of m were slower still. The matrix is scaled by 1/max|A| and symmetrised
+set bit of m were slower still (all at the sweep cap then). The matrix is scaled by 1/max|A| and symmetrised
 first; both members of a pair use the same averaged A[p, q], and each round sets its pairs' A[p, q] to zero (the
-Triton port's docstring says why). Sweeps stop once every off-diagonal element is below eps. Sorting the eigenvalues is glue outside the kernel.
+Triton port's docstring says why). Sweeps stop once every off-diagonal element is below eps. Sorting the
+eigenvalues is glue outside the kernel.
 
 n > 64: the Triton port's pipeline, kernel for kernel: Householder tridiagonalisation
 T = H^T (A / max|A|) H (`_symmetrize_kernel`, then, the trailing matrix in global memory, either
@@ -106,10 +107,10 @@ def _checked(tile, transposed, bounds_ref, first):
 
 def _jacobi_kernel(a_ref, q_ref, l_ref, sweeps_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance,
                    interpret):
-    """Diagonalises one size x size matrix (the sweeps it took in sweeps_ref, its checks' bounds in bounds_ref). Each round writes A and V to
-    exchange_ref (two slots, used in turn from round to round, across sweeps too, so that a round's writes never
-    race the previous round's reads) and reads back the partners' rows and columns at gathered indices: one
-    barrier a round."""
+    """Diagonalises one size x size matrix (the sweeps it took in sweeps_ref, its checks' bounds in bounds_ref).
+    Each round writes A and V to exchange_ref (two slots, used in turn from round to round, across sweeps too, so
+    that a round's writes never race the previous round's reads) and reads back the partners' rows and columns at
+    gathered indices: one barrier a round."""
     rows = jnp.arange(size)
     a = a_ref[...]
     a, transposed, scale = _checked(a, a.T, bounds_ref, 0)

@@ -334,7 +334,7 @@ def vary(a, eigenvalues64, gen):
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically: 6 to 10 sweeps at n = 32 (CPU interpreter:
 # dense 6-7, LAPACK geometric 8-9, clustered 9-10), now that each round sets its pairs' A[p, q] to zero; before, their
-# rounding remnants held the largest off-diagonal element at 1 to 3 eps and most matrices ran to this cap (H200 driver
+# rounding remnants held the largest off-diagonal element at 1 to 4 eps and most matrices ran to this cap (H200 driver
 # A/B, 20x32: Pallas 0.80 ms against 1.22, Triton 0.28 against 0.39; results/h200/NOTES.md)
 JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copies) in registers
 # n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (both ports; the

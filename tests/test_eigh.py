@@ -187,7 +187,7 @@ def port_stage(port, name):
 @pytest.mark.parametrize("port", PORTS)
 def test_on_chip_jacobi_stops_at_eps(port):
     # Sweeps stop once every off-diagonal element is below eps, well before JACOBI_MAX_SWEEPS. Before each round set
-    # its pairs' A[p, q] to zero, their rounding remnants of 1 to 3 eps kept every dense matrix sweeping to the cap.
+    # its pairs' A[p, q] to zero, their rounding remnants of 1 to 4 eps kept dense matrices sweeping to the cap.
     a = spec.make_inputs(spec._case(4, 32, 0, 91, "dense"), 91, DEVICE)
     a[2:] = spec.make_inputs(spec._case(2, 32, 0, 92, "clustered"), 92, DEVICE)
     _, _, sweeps, _ = port_stage(port, "_on_chip")(a)

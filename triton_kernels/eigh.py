@@ -15,7 +15,7 @@ matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at 
 magnitudes); both members of a pair compute their rotation from the same averaged
 A[p, q], so they agree on it exactly. Each round then sets its pairs' A[p, q] to zero, as the rotations
 make them in exact arithmetic (computed, each keeps a remnant of about eps times its pair's diagonal, which held the
-largest off-diagonal element at 1 to 3 eps, so that the stop below was never met and every call ran
+largest off-diagonal element at 1 to 4 eps, so that the stop below was rarely met and most calls ran
 JACOBI_MAX_SWEEPS sweeps). Sweeps stop once every off-diagonal element is below eps; the launcher sorts the
 eigenvalues (glue).
 
