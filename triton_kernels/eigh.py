@@ -128,8 +128,9 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, sweeps_ptr, bounds_ptr, tolerance, N: tl
     while (sweep < MAX_SWEEPS) & (off > tolerance):
         for m in range(1, N):  # round m pairs i with i ^ m
             partner = rows ^ m
+            pairs = rows[None, :] == partner[:, None]  # the entries (i, i ^ m)
             diagonal = _diagonal(a, eye)
-            a_row = tl.sum(tl.where(rows[None, :] == partner[:, None], a, 0.0), axis=1)  # A[i, i ^ m], within a warp
+            a_row = tl.sum(tl.where(pairs, a, 0.0), axis=1)  # A[i, i ^ m], within a warp
             a_ij = 0.5 * (a_row + tl.gather(a_row, partner, 0))  # the same value for both members of a pair
             d_j = tl.gather(diagonal, partner, 0)
             first = rows < partner  # row i is p (else q) of its pair
@@ -140,7 +141,7 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, sweeps_ptr, bounds_ptr, tolerance, N: tl
             s = tl.where(first, t * c, -t * c)  # J[i, i] = c_i, J[i ^ m, i] = -s_i
             a = c[None, :] * a - s[None, :] * _exchange(a, partner, 1, N)  # A J
             a = c[:, None] * a - s[:, None] * _exchange(a, partner, 0, N)  # J^T (A J)
-            a = tl.where(rows[None, :] == partner[:, None], 0.0, a)  # the pairs' A[p, q], zero in exact arithmetic
+            a = tl.where(pairs, 0.0, a)  # the pairs' A[p, q], zero in exact arithmetic
             v = c[None, :] * v - s[None, :] * _exchange(v, partner, 1, N)
         off = _off_diagonal_max(a, eye)
         sweep += 1
