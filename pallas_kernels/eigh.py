@@ -46,8 +46,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION,
+                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, BISECTION_MULTISECTIONS,
+                        CLUSTER_GAP, COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION,
                         GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
@@ -561,11 +561,51 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
         pltriton.store(tile_ref, _load(tile_ref, mask) * factor - update, mask=mask)
 
 
-def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
-    """As the Triton port's `_bisect_kernel`: program (b, block), lane j finds T_b's j-th smallest
-    eigenvalue by BISECTION_ITERATIONS halvings on Sturm counts inside T's Gershgorin interval; it
-    writes the eigenvalue and L (times A's scale); block 0 writes the Gershgorin bound ||T||."""
+def _reciprocal(x, *, interpret):
+    """As the Triton port's `_reciprocal`: on the GPU PTX's approximate reciprocal (inline assembly, which
+    interpret mode cannot run: there it divides), for x in [2^-126, 2^126]."""
+    if interpret:
+        return 1.0 / x
+    reciprocal, = pltriton.elementwise_inline_asm("rcp.approx.ftz.f32 $0, $1;", args=[x], constraints="=r,r",
+                                                  pack=1, result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape,
+                                                                                                    jnp.float32)])
+    return reciprocal
+
+
+def _sturm_counts(d_ref, e_ref, points, n, *, interpret):
+    """As the Triton port's `_sturm_counts`: how many of T's eigenvalues lie below each of `points`."""
+    def step(i, carry):
+        count, pivot, coupling = carry  # coupling: e[i - 1]^2
+        pivot = d_ref[i] - points - coupling * _reciprocal(pivot, interpret=interpret)
+        pivot = jnp.where(jnp.abs(pivot) < PIVOT_FLOOR, -PIVOT_FLOOR, pivot)
+        off = e_ref[i]
+        return count + (pivot < 0).astype(jnp.int32), pivot, off * off
+
+    return jax.lax.fori_loop(0, n, step, (jnp.zeros(points.shape, jnp.int32), jnp.ones_like(points),
+                                          jnp.float32(0.0)))[0]
+
+
+def _multisected(d_ref, e_ref, index, valid, lo, hi, n, *, interpret):
+    """As the Triton port's `_multisected`: each lane's bracket cut to the two of LANES evenly spaced Sturm
+    points, across the union of the valid lanes' brackets, around its eigenvalue."""
+    left = jnp.min(jnp.where(valid, lo, jnp.inf))
+    right = jnp.max(jnp.where(valid, hi, -jnp.inf))
+    points = left + (right - left) * ((jnp.arange(LANES) + 1).astype(jnp.float32) * (1.0 / (LANES + 1)))
+    above = _sturm_counts(d_ref, e_ref, points, n, interpret=interpret)[None, :] > index[:, None]  # [lane, point]
+    narrowed_lo = jnp.maximum(lo, jnp.max(jnp.where(above, -jnp.inf, points[None, :]), axis=1))
+    narrowed_hi = jnp.minimum(hi, jnp.min(jnp.where(above, points[None, :], jnp.inf), axis=1))
+    kept = narrowed_lo < narrowed_hi  # else counts that rounding put out of order: the bracket as it was
+    return jnp.where(kept, narrowed_lo, lo), jnp.where(kept, narrowed_hi, hi)
+
+
+def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n, interpret):
+    """As the Triton port's `_bisect_kernel`: program (b, block), lane j finds T_b's j-th smallest eigenvalue from
+    Sturm counts inside T's Gershgorin interval, BISECTION_MULTISECTIONS passes of `_multisected`, then halvings
+    until every bracket is as narrow as BISECTION_ITERATIONS halvings of the interval leave it (or cannot be
+    halved in float32); it writes the eigenvalue and L (times A's scale); block 0 writes the Gershgorin bound
+    ||T||."""
     index = pl.program_id(1) * LANES + jnp.arange(LANES)
+    valid = index < n
 
     def gershgorin(i, carry):
         lo, hi, previous = carry
@@ -575,27 +615,26 @@ def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n):
 
     lo, hi, _ = jax.lax.fori_loop(0, n, gershgorin, (d_ref[0], d_ref[0], jnp.float32(0.0)))
     norm = jnp.maximum(jnp.maximum(jnp.abs(lo), jnp.abs(hi)), 1.0)  # T / max|A| has norm >= 1 unless A = 0
+    limit = (hi - lo) * (0.5 ** BISECTION_ITERATIONS)
 
-    def halve(_, carry):
-        lo_lanes, hi_lanes = carry
+    def unfinished(carry):
+        halvings, lo_lanes, hi_lanes = carry
         middle = 0.5 * (lo_lanes + hi_lanes)
+        open_lanes = valid & (hi_lanes - lo_lanes > limit) & (middle > lo_lanes) & (middle < hi_lanes)
+        return (halvings < BISECTION_ITERATIONS) & (jnp.max(open_lanes.astype(jnp.int32)) > 0)
 
-        def sturm(i, carry):
-            count, pivot, coupling = carry  # coupling: e[i - 1]^2
-            pivot = d_ref[i] - middle - coupling / pivot
-            pivot = jnp.where(jnp.abs(pivot) < PIVOT_FLOOR, -PIVOT_FLOOR, pivot)
-            off = e_ref[i]
-            return count + (pivot < 0).astype(jnp.int32), pivot, off * off
-
-        count, _, _ = jax.lax.fori_loop(0, n, sturm, (jnp.zeros((LANES,), jnp.int32),
-                                                       jnp.full((LANES,), 1.0, jnp.float32), jnp.float32(0.0)))
-        below = count > index  # more than j eigenvalues below the middle: the j-th is below it
-        return jnp.where(below, lo_lanes, middle), jnp.where(below, middle, hi_lanes)
+    def halve(carry):
+        halvings, lo_lanes, hi_lanes = carry
+        middle = 0.5 * (lo_lanes + hi_lanes)
+        below = _sturm_counts(d_ref, e_ref, middle, n, interpret=interpret) > index  # the j-th is below the middle
+        return halvings + 1, jnp.where(below, lo_lanes, middle), jnp.where(below, middle, hi_lanes)
 
     lanes = jnp.zeros((LANES,), jnp.float32)
-    lo_lanes, hi_lanes = jax.lax.fori_loop(0, BISECTION_ITERATIONS, halve, (lanes + lo, lanes + hi))
+    brackets = jax.lax.fori_loop(0, BISECTION_MULTISECTIONS,
+                                 lambda _, bracket: _multisected(d_ref, e_ref, index, valid, *bracket, n,
+                                                                 interpret=interpret), (lanes + lo, lanes + hi))
+    _, lo_lanes, hi_lanes = jax.lax.while_loop(unfinished, halve, (jnp.int32(0), *brackets))
     value = 0.5 * (lo_lanes + hi_lanes)
-    valid = index < n
     block = pl.ds(pl.program_id(1) * LANES, LANES)
     pltriton.store(values_ref.at[block], value, mask=valid)
     pltriton.store(l_ref.at[block], value * scale_ref[...], mask=valid)
@@ -1203,7 +1242,7 @@ def _eigenvalues(d, e, scale, *, interpret):
     batch, n = d.shape
     vector, scalar = _per_matrix(n), _per_matrix()
     return pl.pallas_call(
-        functools.partial(_bisect_kernel, n=n),
+        functools.partial(_bisect_kernel, n=n, interpret=interpret),
         out_shape=(_f32((batch, n)), _f32((batch,)), _f32((batch, n))), grid=(batch, pl.cdiv(n, LANES)),
         in_specs=[vector, vector, scalar], out_specs=(vector, scalar, vector),
         compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret, name="eigh_bisect",

@@ -328,6 +328,23 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
 
 
 @pytest.mark.parametrize("port", PORTS)
+def test_bisection_finds_tridiagonal_eigenvalues_to_eps(port):
+    # Multisection passes, then halvings until every bracket is as narrow as BISECTION_ITERATIONS halvings leave it:
+    # T's eigenvalues within eps ||T||, far inside the eigenvalue gate's n eps. n = 70: the last warp has unused
+    # lanes, which must not widen the union of its brackets; spectra dense, in one tight cluster, and in two groups
+    # far apart (the union of a warp's brackets stays wide after the first pass).
+    gen = torch.Generator().manual_seed(5)
+    batch, n = 3, 70
+    d, e = torch.randn(batch, n, generator=gen), torch.randn(batch, n, generator=gen)
+    d[1], e[1] = 1.0 + 1e-6 * d[1], 1e-7 * e[1]
+    d[2] += torch.where(torch.arange(n) < n // 2, -1e3, 1e3)
+    e[:, -1] = 0.0
+    values, norm, _ = port_stage(port, "_eigenvalues")(d.to(DEVICE), e.to(DEVICE), torch.ones(batch, device=DEVICE))
+    errors = (values.double().cpu() - torch.linalg.eigvalsh(tridiagonal(d, e))).abs().amax(dim=1)
+    assert bool((errors <= spec.EPS * norm.double().cpu()).all()), (errors / (spec.EPS * norm.double().cpu())).tolist()
+
+
+@pytest.mark.parametrize("port", PORTS)
 def test_vectors_of_a_long_chained_cluster(port):
     # T from the H200 (a 640x512 mixed matrix, tridiagonalised with fused sums): its 358 smallest eigenvalues chain
     # into one cluster, 78 of whose gaps are below 10 eps ||T||. With shift groups of 10 eps ||T||, the last

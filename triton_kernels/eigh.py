@@ -61,8 +61,8 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
-                        COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK,
+                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, BISECTION_MULTISECTIONS,
+                        CLUSTER_GAP, COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK,
                         GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
@@ -513,14 +513,70 @@ def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.const
 
 
 @triton.jit
+def _reciprocal(x, APPROXIMATE: tl.constexpr):
+    """1 / x. APPROXIMATE (compiled for the GPU; the interpreter divides): PTX's approximate reciprocal (1 ulp,
+    one instruction), without the operand rescaling that a float32 division adds for divisors outside
+    [2^-126, 2^126] (in a Sturm step, 6 of its 20 instructions, 2 on its dependent chain); for x known to lie inside
+    that range (the pivots here, kept at least a floor from zero)."""
+    if APPROXIMATE:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+    return 1.0 / x
+
+
+@triton.jit
+def _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE: tl.constexpr):
+    """How many of T's eigenvalues lie below each of `points`: the negative pivots of (T - x I)'s LDL^T, each
+    pivot at least pivot_floor from zero (so |pivot| lies in [pivot_floor, e^2 / pivot_floor], inside
+    `_reciprocal`'s range)."""
+    count = (points * 0).to(tl.int32)
+    pivot = points * 0 + 1.0
+    coupling = 0.0  # e[i - 1]^2
+    for i in range(n):
+        pivot = tl.load(d + i) - points - coupling * _reciprocal(pivot, APPROXIMATE)
+        pivot = tl.where(tl.abs(pivot) < pivot_floor, -pivot_floor, pivot)
+        count += (pivot < 0).to(tl.int32)
+        off = tl.load(e + i)
+        coupling = off * off
+    return count
+
+
+@triton.jit
+def _multisected(d, e, index, valid, lo, hi, n, pivot_floor, APPROXIMATE: tl.constexpr, LANES: tl.constexpr):
+    """Each lane's bracket [lo, hi] of its eigenvalue (number `index`) narrowed by one pass of LANES Sturm counts,
+    one a lane, at evenly spaced points across the union of the valid lanes' brackets: to the two points around
+    the eigenvalue. A bisection pass halves each bracket; this one cuts every bracket to at most the union's
+    width / (LANES + 1), which pays while the brackets are wide (the first passes)."""
+    left = tl.min(tl.where(valid, lo, float("inf")), axis=0)
+    right = tl.max(tl.where(valid, hi, float("-inf")), axis=0)
+    points = left + (right - left) * ((tl.arange(0, LANES) + 1).to(tl.float32) * (1.0 / (LANES + 1)))
+    above = _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE)[None, :] > index[:, None]  # [lane, point]
+    narrowed_lo = tl.maximum(lo, tl.max(tl.where(above, float("-inf"), points[None, :]), axis=1))
+    narrowed_hi = tl.minimum(hi, tl.min(tl.where(above, points[None, :], float("inf")), axis=1))
+    kept = narrowed_lo < narrowed_hi  # else counts that rounding put out of order: the bracket as it was
+    return tl.where(kept, narrowed_lo, lo), tl.where(kept, narrowed_hi, hi)
+
+
+@triton.jit
+def _unfinished(lo, hi, valid, limit):
+    """Whether any valid lane's bracket is wider than limit and can still be halved in float32."""
+    middle = 0.5 * (lo + hi)
+    return tl.max((valid & (hi - lo > limit) & (middle > lo) & (middle < hi)).to(tl.int32), axis=0) > 0
+
+
+@triton.jit
 def _bisect_kernel(d_ptr, e_ptr, scale_ptr, values_ptr, norm_ptr, l_ptr, n, pivot_floor,
-                   ITERATIONS: tl.constexpr, LANES: tl.constexpr):
-    """Program (b, block): lane j of the block finds T_b's j-th smallest eigenvalue by bisection on
-    Sturm counts (the number of negative pivots of T - x I's LDL^T is the number of eigenvalues
-    below x), inside T's Gershgorin interval, ITERATIONS halvings. It writes the eigenvalue and L
-    (the eigenvalue times A's scale); block 0 writes the Gershgorin bound ||T|| used as T's norm."""
+                   ITERATIONS: tl.constexpr, MULTISECTIONS: tl.constexpr, LANES: tl.constexpr,
+                   APPROXIMATE: tl.constexpr):
+    """Program (b, block): lane j of the block finds T_b's j-th smallest eigenvalue from Sturm counts (the number
+    of negative pivots of T - x I's LDL^T is the number of eigenvalues below x), inside T's Gershgorin interval:
+    MULTISECTIONS passes of `_multisected`, then halvings until every bracket is as narrow as ITERATIONS halvings
+    of the interval leave it (or cannot be halved in float32; at most ITERATIONS halvings). It writes the
+    eigenvalue and L (the eigenvalue times A's scale); block 0 writes the Gershgorin bound ||T|| used as T's
+    norm."""
     matrix = tl.program_id(0).to(tl.int64)
     index = tl.program_id(1) * LANES + tl.arange(0, LANES)
+    valid = index < n
     d, e = d_ptr + matrix * n, e_ptr + matrix * n
     lo = tl.load(d)
     hi = lo
@@ -532,24 +588,20 @@ def _bisect_kernel(d_ptr, e_ptr, scale_ptr, values_ptr, norm_ptr, l_ptr, n, pivo
         hi = tl.maximum(hi, diagonal + previous + radius)
         previous = radius
     norm = tl.maximum(tl.maximum(tl.abs(lo), tl.abs(hi)), 1.0)  # T / max|A| has norm >= 1 unless A = 0
+    limit = (hi - lo) * (0.5 ** ITERATIONS)
     lo_lanes = tl.zeros((LANES,), tl.float32) + lo
     hi_lanes = tl.zeros((LANES,), tl.float32) + hi
-    for _ in range(ITERATIONS):
+    for _ in range(MULTISECTIONS):
+        lo_lanes, hi_lanes = _multisected(d, e, index, valid, lo_lanes, hi_lanes, n, pivot_floor, APPROXIMATE,
+                                          LANES)
+    halvings = 0
+    while (halvings < ITERATIONS) & _unfinished(lo_lanes, hi_lanes, valid, limit):
         middle = 0.5 * (lo_lanes + hi_lanes)
-        count = tl.zeros((LANES,), tl.int32)
-        pivot = tl.full((LANES,), 1.0, tl.float32)
-        coupling = 0.0  # e[i - 1]^2
-        for i in range(n):
-            pivot = tl.load(d + i) - middle - coupling / pivot
-            pivot = tl.where(tl.abs(pivot) < pivot_floor, -pivot_floor, pivot)
-            count += (pivot < 0).to(tl.int32)
-            off = tl.load(e + i)
-            coupling = off * off
-        below = count > index  # more than j eigenvalues below the middle: the j-th is below it
+        below = _sturm_counts(d, e, middle, n, pivot_floor, APPROXIMATE) > index  # the j-th is below the middle
         hi_lanes = tl.where(below, middle, hi_lanes)
         lo_lanes = tl.where(below, lo_lanes, middle)
+        halvings += 1
     value = 0.5 * (lo_lanes + hi_lanes)
-    valid = index < n
     tl.store(values_ptr + matrix * n + index, value, mask=valid)
     tl.store(l_ptr + matrix * n + index, value * tl.load(scale_ptr + matrix), mask=valid)
     tl.store(norm_ptr + matrix, norm, mask=tl.program_id(1) == 0)
@@ -1184,8 +1236,9 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     batch, n = d.shape
     values, eigenvalues = _empty(batch, n, device=d.device), _empty(batch, n, device=d.device)
     norm = _empty(batch, device=d.device)
-    _bisect_kernel[(batch, triton.cdiv(n, LANES))](d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR,
-                                                   ITERATIONS=BISECTION_ITERATIONS, LANES=LANES, num_warps=1)
+    _bisect_kernel[(batch, triton.cdiv(n, LANES))](
+        d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR, ITERATIONS=BISECTION_ITERATIONS,
+        MULTISECTIONS=BISECTION_MULTISECTIONS, LANES=LANES, APPROXIMATE=not triton.knobs.runtime.interpret, num_warps=1)
     return values, norm, eigenvalues
 
 
