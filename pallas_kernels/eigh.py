@@ -46,8 +46,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, BISECTION_MULTISECTIONS,
-                        CLUSTER_GAP, COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION,
+                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
+                        COLUMN_KERNEL_WARPS, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION,
                         GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS, JACOBI_MAX_N,
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
@@ -585,25 +585,22 @@ def _sturm_counts(d_ref, e_ref, points, n, *, interpret):
                                           jnp.float32(0.0)))[0]
 
 
-def _multisected(d_ref, e_ref, index, valid, lo, hi, n, *, interpret):
-    """As the Triton port's `_multisected`: each lane's bracket cut to the two of LANES evenly spaced Sturm
-    points, across the union of the valid lanes' brackets, around its eigenvalue."""
-    left = jnp.min(jnp.where(valid, lo, jnp.inf))
-    right = jnp.max(jnp.where(valid, hi, -jnp.inf))
-    points = left + (right - left) * ((jnp.arange(LANES) + 1).astype(jnp.float32) * (1.0 / (LANES + 1)))
+def _multisected(d_ref, e_ref, index, lo, hi, n, *, interpret):
+    """As the Triton port's `_multisected`: brackets of the eigenvalues numbered `index` from LANES Sturm counts at
+    evenly spaced points inside T's Gershgorin interval [lo, hi], the same points in every program of a matrix."""
+    points = lo + (hi - lo) * ((jnp.arange(LANES) + 1).astype(jnp.float32) * (1.0 / (LANES + 1)))
     above = _sturm_counts(d_ref, e_ref, points, n, interpret=interpret)[None, :] > index[:, None]  # [lane, point]
-    narrowed_lo = jnp.maximum(lo, jnp.max(jnp.where(above, -jnp.inf, points[None, :]), axis=1))
-    narrowed_hi = jnp.minimum(hi, jnp.min(jnp.where(above, points[None, :], jnp.inf), axis=1))
-    kept = narrowed_lo < narrowed_hi  # else counts that rounding put out of order: the bracket as it was
-    return jnp.where(kept, narrowed_lo, lo), jnp.where(kept, narrowed_hi, hi)
+    bracket_lo = jnp.max(jnp.where(above, lo, points[None, :]), axis=1)
+    bracket_hi = jnp.min(jnp.where(above, points[None, :], hi), axis=1)
+    kept = bracket_lo < bracket_hi  # else counts that rounding put out of order: the whole interval
+    return jnp.where(kept, bracket_lo, lo), jnp.where(kept, bracket_hi, hi)
 
 
 def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n, interpret):
     """As the Triton port's `_bisect_kernel`: program (b, block), lane j finds T_b's j-th smallest eigenvalue from
-    Sturm counts inside T's Gershgorin interval, BISECTION_MULTISECTIONS passes of `_multisected`, then halvings
-    until every bracket is as narrow as BISECTION_ITERATIONS halvings of the interval leave it (or cannot be
-    halved in float32); it writes the eigenvalue and L (times A's scale); block 0 writes the Gershgorin bound
-    ||T||."""
+    Sturm counts inside T's Gershgorin interval, a first pass of `_multisected`, then halvings until every bracket
+    is as narrow as BISECTION_ITERATIONS halvings of the interval leave it (or cannot be halved in float32); it
+    writes the eigenvalue and L (times A's scale); block 0 writes the Gershgorin bound ||T||."""
     index = pl.program_id(1) * LANES + jnp.arange(LANES)
     valid = index < n
 
@@ -629,10 +626,7 @@ def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n, i
         below = _sturm_counts(d_ref, e_ref, middle, n, interpret=interpret) > index  # the j-th is below the middle
         return halvings + 1, jnp.where(below, lo_lanes, middle), jnp.where(below, middle, hi_lanes)
 
-    lanes = jnp.zeros((LANES,), jnp.float32)
-    brackets = jax.lax.fori_loop(0, BISECTION_MULTISECTIONS,
-                                 lambda _, bracket: _multisected(d_ref, e_ref, index, valid, *bracket, n,
-                                                                 interpret=interpret), (lanes + lo, lanes + hi))
+    brackets = _multisected(d_ref, e_ref, index, lo, hi, n, interpret=interpret)
     _, lo_lanes, hi_lanes = jax.lax.while_loop(unfinished, halve, (jnp.int32(0), *brackets))
     value = 0.5 * (lo_lanes + hi_lanes)
     block = pl.ds(pl.program_id(1) * LANES, LANES)

@@ -413,12 +413,10 @@ SECOND_PASS_BELOW = 0.9  # a Gram-Schmidt panel's second pass runs only if a vec
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 26  # brackets as narrow as this many halvings of T's Gershgorin interval (width <= 2 ||T||)
 # leave them, eps ||T|| / 4, below the Sturm count's own error of a few eps ||T|| (every check is relative to ||A||);
-# also the most halvings a bracket takes. 32 took 0.4 to 0.9 ms more at 640x512 (H200 driver A/B; the bisection was
-# about 4 ms there) and kept the same test-set pass (results/h200/NOTES.md)
-BISECTION_MULTISECTIONS = 2  # first passes of the bisection kernels as multisections: a warp's 32 Sturm counts at
-# evenly spaced points over the union of its 32 brackets, cutting each to at most 1/33 of that union (the first
-# pass 1/33 of the interval, about 5 halvings; the second about 3 to 4 more where the warp's eigenvalues span a
-# sixteenth of the spectrum; a third would gain less than one)
+# also the most halvings a bracket takes after the kernels' first pass, a multisection (32 Sturm counts a warp, at
+# the same points in every warp, cut each bracket to 1/33 of the interval, about 5 halvings). 32 halvings took 0.4
+# to 0.9 ms more at 640x512 (H200 driver A/B; the bisection was about 4 ms there) and kept the same test-set pass
+# (results/h200/NOTES.md)
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
 INVERSE_ITERATIONS = 3  # with the repair below, 3 and 4 rounds both left no failure over 6 varied inputs of each
 # big bench row (H200, results/h200/NOTES.md); without it, 1 to 4 matrices in 3200 of the clustered row failed

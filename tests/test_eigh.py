@@ -329,10 +329,10 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
 
 @pytest.mark.parametrize("port", PORTS)
 def test_bisection_finds_tridiagonal_eigenvalues_to_eps(port):
-    # Multisection passes, then halvings until every bracket is as narrow as BISECTION_ITERATIONS halvings leave it:
+    # A multisection pass, then halvings until every bracket is as narrow as BISECTION_ITERATIONS halvings leave it:
     # T's eigenvalues within eps ||T||, far inside the eigenvalue gate's n eps. n = 70: the last warp has unused
-    # lanes, which must not widen the union of its brackets; spectra dense, in one tight cluster, and in two groups
-    # far apart (the union of a warp's brackets stays wide after the first pass).
+    # lanes, which must not end its halvings early or keep them going; spectra dense, in one tight cluster, and in
+    # two groups far apart.
     gen = torch.Generator().manual_seed(5)
     batch, n = 3, 70
     d, e = torch.randn(batch, n, generator=gen), torch.randn(batch, n, generator=gen)

@@ -61,8 +61,8 @@ import triton
 import triton.language as tl
 
 from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, BISECTION_MULTISECTIONS,
-                        CLUSTER_GAP, COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK,
+                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS, BISECTION_ITERATIONS, CLUSTER_GAP,
+                        COLUMN_KERNEL_WARPS, CUDA_GRAPH_SHAPES, EARLY_CLUSTER_GAP, GRAM_SCHMIDT_CHUNK,
                         GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
@@ -542,19 +542,19 @@ def _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE: tl.constexpr):
 
 
 @triton.jit
-def _multisected(d, e, index, valid, lo, hi, n, pivot_floor, APPROXIMATE: tl.constexpr, LANES: tl.constexpr):
-    """Each lane's bracket [lo, hi] of its eigenvalue (number `index`) narrowed by one pass of LANES Sturm counts,
-    one a lane, at evenly spaced points across the union of the valid lanes' brackets: to the two points around
-    the eigenvalue. A bisection pass halves each bracket; this one cuts every bracket to at most the union's
-    width / (LANES + 1), which pays while the brackets are wide (the first passes)."""
-    left = tl.min(tl.where(valid, lo, float("inf")), axis=0)
-    right = tl.max(tl.where(valid, hi, float("-inf")), axis=0)
-    points = left + (right - left) * ((tl.arange(0, LANES) + 1).to(tl.float32) * (1.0 / (LANES + 1)))
+def _multisected(d, e, index, lo, hi, n, pivot_floor, APPROXIMATE: tl.constexpr, LANES: tl.constexpr):
+    """Brackets of the eigenvalues numbered `index` from one pass of LANES Sturm counts, one a lane, at evenly
+    spaced points inside T's Gershgorin interval [lo, hi]: the two points (or ends) around each eigenvalue, a
+    (LANES + 1)-th of the interval, where a bisection pass halves it. Every warp of a matrix counts at the same
+    points, so that close eigenvalues found by different warps stay on one grid, which the halvings refine (a
+    second pass, over each warp's own span of brackets, gave the H200 psd test matrices' orthogonality figures a
+    heavier tail: results/h200/NOTES.md)."""
+    points = lo + (hi - lo) * ((tl.arange(0, LANES) + 1).to(tl.float32) * (1.0 / (LANES + 1)))
     above = _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE)[None, :] > index[:, None]  # [lane, point]
-    narrowed_lo = tl.maximum(lo, tl.max(tl.where(above, float("-inf"), points[None, :]), axis=1))
-    narrowed_hi = tl.minimum(hi, tl.min(tl.where(above, points[None, :], float("inf")), axis=1))
-    kept = narrowed_lo < narrowed_hi  # else counts that rounding put out of order: the bracket as it was
-    return tl.where(kept, narrowed_lo, lo), tl.where(kept, narrowed_hi, hi)
+    bracket_lo = tl.max(tl.where(above, lo, points[None, :]), axis=1)
+    bracket_hi = tl.min(tl.where(above, points[None, :], hi), axis=1)
+    kept = bracket_lo < bracket_hi  # else counts that rounding put out of order: the whole interval
+    return tl.where(kept, bracket_lo, lo), tl.where(kept, bracket_hi, hi)
 
 
 @triton.jit
@@ -566,14 +566,12 @@ def _unfinished(lo, hi, valid, limit):
 
 @triton.jit
 def _bisect_kernel(d_ptr, e_ptr, scale_ptr, values_ptr, norm_ptr, l_ptr, n, pivot_floor,
-                   ITERATIONS: tl.constexpr, MULTISECTIONS: tl.constexpr, LANES: tl.constexpr,
-                   APPROXIMATE: tl.constexpr):
+                   ITERATIONS: tl.constexpr, LANES: tl.constexpr, APPROXIMATE: tl.constexpr):
     """Program (b, block): lane j of the block finds T_b's j-th smallest eigenvalue from Sturm counts (the number
     of negative pivots of T - x I's LDL^T is the number of eigenvalues below x), inside T's Gershgorin interval:
-    MULTISECTIONS passes of `_multisected`, then halvings until every bracket is as narrow as ITERATIONS halvings
-    of the interval leave it (or cannot be halved in float32; at most ITERATIONS halvings). It writes the
-    eigenvalue and L (the eigenvalue times A's scale); block 0 writes the Gershgorin bound ||T|| used as T's
-    norm."""
+    a first pass of `_multisected`, then halvings until every bracket is as narrow as ITERATIONS halvings of the
+    interval leave it (or cannot be halved in float32; at most ITERATIONS halvings). It writes the eigenvalue and
+    L (the eigenvalue times A's scale); block 0 writes the Gershgorin bound ||T|| used as T's norm."""
     matrix = tl.program_id(0).to(tl.int64)
     index = tl.program_id(1) * LANES + tl.arange(0, LANES)
     valid = index < n
@@ -589,11 +587,7 @@ def _bisect_kernel(d_ptr, e_ptr, scale_ptr, values_ptr, norm_ptr, l_ptr, n, pivo
         previous = radius
     norm = tl.maximum(tl.maximum(tl.abs(lo), tl.abs(hi)), 1.0)  # T / max|A| has norm >= 1 unless A = 0
     limit = (hi - lo) * (0.5 ** ITERATIONS)
-    lo_lanes = tl.zeros((LANES,), tl.float32) + lo
-    hi_lanes = tl.zeros((LANES,), tl.float32) + hi
-    for _ in range(MULTISECTIONS):
-        lo_lanes, hi_lanes = _multisected(d, e, index, valid, lo_lanes, hi_lanes, n, pivot_floor, APPROXIMATE,
-                                          LANES)
+    lo_lanes, hi_lanes = _multisected(d, e, index, lo, hi, n, pivot_floor, APPROXIMATE, LANES)
     halvings = 0
     while (halvings < ITERATIONS) & _unfinished(lo_lanes, hi_lanes, valid, limit):
         middle = 0.5 * (lo_lanes + hi_lanes)
@@ -1237,8 +1231,8 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     values, eigenvalues = _empty(batch, n, device=d.device), _empty(batch, n, device=d.device)
     norm = _empty(batch, device=d.device)
     _bisect_kernel[(batch, triton.cdiv(n, LANES))](
-        d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR, ITERATIONS=BISECTION_ITERATIONS,
-        MULTISECTIONS=BISECTION_MULTISECTIONS, LANES=LANES, APPROXIMATE=not triton.knobs.runtime.interpret, num_warps=1)
+        d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR, ITERATIONS=BISECTION_ITERATIONS, LANES=LANES,
+        APPROXIMATE=not triton.knobs.runtime.interpret, num_warps=1)
     return values, norm, eigenvalues
 
 
