@@ -35,8 +35,9 @@ dsytrd + dstebz + dstein route, each stage written for batches of matrices):
    `_panel_column_kernel` (one program a matrix) forms the reflector and `_panel_product_kernel`
    shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
    trailing update.
-2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts (eigenvalues
-   come out sorted; L is them times max|A|).
+2. `_bisect_kernel`: lane j of a program finds T's j-th eigenvalue from Sturm counts, a first pass of
+   32 counts at points common to the matrix's programs (`_multisected`), then halvings, each step's
+   division an approximate reciprocal (`_reciprocal`; eigenvalues come out sorted; L is them times max|A|).
 3. `_inverse_iteration_kernel` (lane j solves (T - shift_j I) x = x, pivoted, on the vectors'
    transpose: a warp's step touches 128 contiguous bytes) and
    the block Gram-Schmidt within clusters of close eigenvalues (from n = 512 split over launches,
