@@ -528,10 +528,11 @@ def _reciprocal(x, APPROXIMATE: tl.constexpr):
 @triton.jit
 def _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE: tl.constexpr):
     """How many of T's eigenvalues lie below each of `points`: the negative pivots of (T - x I)'s LDL^T, each
-    pivot at least pivot_floor from zero (so |pivot| lies in [pivot_floor, e^2 / pivot_floor], inside
-    `_reciprocal`'s range)."""
-    count = (points * 0).to(tl.int32)
-    pivot = points * 0 + 1.0
+    pivot at least pivot_floor from zero. So |pivot| lies in [pivot_floor, |d - x| + e^2 / pivot_floor], inside
+    `_reciprocal`'s range while |e| is below about 9e3 (T is A / max|A|: |e| <= n); beyond, the reciprocal of a
+    larger pivot comes out 0 where the quotient is negligible anyway."""
+    count = tl.zeros(points.shape, tl.int32)
+    pivot = tl.full(points.shape, 1.0, tl.float32)
     coupling = 0.0  # e[i - 1]^2
     for i in range(n):
         pivot = tl.load(d + i) - points - coupling * _reciprocal(pivot, APPROXIMATE)
