@@ -52,8 +52,8 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         JACOBI_MAX_SWEEPS, LANES, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
                         OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS, PIVOT_FLOOR,
                         REPAIR_RESIDUAL, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
-                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, check_offsets, check_shape,
-                        check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
+                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, SECOND_PASS_BELOW, SPARSE_GROUP_GAP, check_offsets,
+                        check_shape, check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
                         gram_schmidt_unrolled, jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
@@ -651,6 +651,29 @@ def _start_vector(i, lanes):
     return (h >> 8).astype(jnp.float32) * (1.0 / 16777216.0) - 0.5
 
 
+def _chained(values_ref, value, lanes, valid, n, link):
+    """As the Triton port's: lanes whose eigenvalue is within link of a neighbour's."""
+    below = (lanes > 0) & (value - _load(values_ref.at[lanes - 1], valid & (lanes > 0)) < link)
+    above = (lanes < n - 1) & (_load(values_ref.at[lanes + 1], lanes < n - 1) - value < link)
+    return valid & (below | above)
+
+
+def _still_walking(carry):
+    return jnp.max(carry[1].astype(jnp.int32)) > 0
+
+
+def _first_of_run(values_ref, lanes, chained, link):
+    """As the Triton port's: the index of the first eigenvalue of each chained lane's run (gaps below link)."""
+    def walk(carry):
+        first_index, walking = carry
+        step = walking & (_load(values_ref.at[first_index], walking)
+                          - _load(values_ref.at[first_index - 1], walking) < link)
+        first_index -= step.astype(jnp.int32)
+        return first_index, step & (first_index > 0)
+
+    return jax.lax.while_loop(_still_walking, walk, (lanes, chained & (lanes > 0)))[0]
+
+
 def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, first):
     """As the Triton port's `_inverse_iteration_kernel`: program (b, block), lane j solves
     (T_b - shift_j I) x_j = x_j (first: the pseudo-random start) by Gaussian elimination with
@@ -658,7 +681,8 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     right-hand side and the factor's first superdiagonal, each over the row's pivot (NaN for the superdiagonal where
     the row was swapped: there the pivot and both superdiagonals are T's), wait in scratch [2, row, lane] for the
     back substitution. Same
-    shifts (one per group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first),
+    shifts (one per dense group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first; in a sparse
+    one, one per run within SPARSE_GROUP_GAP eps ||T|| and its own for a lone member),
     splitting and pivot floor, and each vector's length in lengths, for the transpose that normalises it. x and
     scratch are outputs (aliased to the inputs after the first step); the lanes' elements are read from the output
     x, which holds them."""
@@ -670,21 +694,24 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     floor = EPS * norm
     gap = GROUP_GAP * EPS * norm
     value = _load(values_ref.at[lanes], valid)
-    grouped = valid & (((lanes > 0) & (value - _load(values_ref.at[lanes - 1], valid & (lanes > 0)) < gap))
-                       | ((lanes < n - 1) & (_load(values_ref.at[lanes + 1], lanes < n - 1) - value < gap)))
+    grouped = _chained(values_ref, value, lanes, valid, n, gap)
+    first_index = _first_of_run(values_ref, lanes, grouped, gap)  # each group's first and last eigenvalues
 
-    def still_walking(carry):  # walk down each group to its first eigenvalue
-        return jnp.max(carry[1].astype(jnp.int32)) > 0
+    def walk_up(carry):
+        last_index, walking = carry
+        step = walking & (_load(values_ref.at[last_index + 1], walking)
+                          - _load(values_ref.at[last_index], walking) < gap)
+        last_index += step.astype(jnp.int32)
+        return last_index, step & (last_index < n - 1)
 
-    def walk(carry):
-        first_index, walking = carry
-        step = walking & (_load(values_ref.at[first_index], walking)
-                          - _load(values_ref.at[first_index - 1], walking) < gap)
-        first_index -= step.astype(jnp.int32)
-        return first_index, step & (first_index > 0)
-
-    first_index, _ = jax.lax.while_loop(still_walking, walk, (lanes, grouped & (lanes > 0)))
-    shift = jnp.where(grouped, _load(values_ref.at[first_index], valid) - 0.5 * gap, value)
+    last_index, _ = jax.lax.while_loop(_still_walking, walk_up, (lanes, grouped & (lanes < n - 1)))
+    low = _load(values_ref.at[first_index], valid)
+    run_gap = (SPARSE_GROUP_GAP * EPS) * norm
+    dense = _load(values_ref.at[last_index], valid) - low < run_gap * (last_index - first_index).astype(jnp.float32)
+    in_run = _chained(values_ref, value, lanes, valid, n, run_gap)
+    run_first = _first_of_run(values_ref, lanes, in_run & grouped & ~dense, run_gap)  # only sparse groups walk runs
+    run_shift = _load(values_ref.at[run_first], valid) - 0.5 * run_gap
+    shift = jnp.where(grouped, jnp.where(dense, low - 0.5 * gap, jnp.where(in_run, run_shift, value)), value)
     zero = jnp.zeros((LANES,), jnp.float32)
 
     def right_hand_side(i):

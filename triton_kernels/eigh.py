@@ -67,7 +67,7 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, INVERSE_ITERATIONS,
                         JACOBI_MAX_N, JACOBI_MAX_SWEEPS, LANES, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
                         OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL, PANEL_CHUNK, PANEL_UPDATE_COLS,
-                        PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW,
+                        PIVOT_FLOOR, PRODUCT_PROGRAMS, REPAIR_RESIDUAL, SECOND_PASS_BELOW, SPARSE_GROUP_GAP,
                         SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS,
                         TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, check_offsets, check_shape,
                         check_values, column_panel_chunk, gram_schmidt_finish_warps, gram_schmidt_shares,
@@ -623,8 +623,29 @@ def _start_vector(i, lanes):
 
 
 @triton.jit
+def _chained(values, value, lanes, valid, n, link):
+    """Lanes whose eigenvalue is within link of a neighbour's: members of a run chained by gaps below link."""
+    below = (lanes > 0) & (value - tl.load(values + lanes - 1, mask=valid & (lanes > 0), other=0.0) < link)
+    above = (lanes < n - 1) & (tl.load(values + lanes + 1, mask=lanes < n - 1, other=0.0) - value < link)
+    return valid & (below | above)
+
+
+@triton.jit
+def _first_of_run(values, lanes, chained, link):
+    """The index of the first eigenvalue of each chained lane's run (gaps below link); a lane's own elsewhere."""
+    first = lanes
+    walking = chained & (lanes > 0)
+    while tl.max(walking.to(tl.int32)) > 0:
+        step = walking & (tl.load(values + first, mask=walking, other=0.0)
+                          - tl.load(values + first - 1, mask=walking, other=0.0) < link)
+        first -= step.to(tl.int32)
+        walking = step & (first > 0)
+    return first
+
+
+@triton.jit
 def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch_ptr, lengths_ptr, n, pivot_relative,
-                              group_gap, FIRST: tl.constexpr, LANES: tl.constexpr):
+                              group_gap, sparse_group_gap, FIRST: tl.constexpr, LANES: tl.constexpr):
     """Program (b, block): lane j solves (T_b - shift_j I) x_j = x_j (FIRST: a fixed pseudo-random
     right-hand side) by Gaussian elimination with partial pivoting, elementwise across the lanes
     (each lane's recurrence runs down T's n rows). x is [batch, n elements, n vectors] (lanes
@@ -639,11 +660,15 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
 
     The shift is eigenvalue j itself (T - shift I is singular to working accuracy, so x_j grows
     along its eigenvector), except in a group, a chain of eigenvalues each within group_gap ||T||
-    of the next: there one shift serves the whole group, half a gap below its first eigenvalue,
-    so that every group direction grows alike and the group's vectors stay independent for the
-    Gram-Schmidt that follows (with a shift on one of its eigenvalues they all turn into that
-    one's vector). Off-diagonals below pivot_relative ||T|| count as zero (T splits there: no
-    growth across a block of negligible entries); smaller pivots are raised to pivot_relative ||T||."""
+    of the next. In a dense group (mean gap below sparse_group_gap ||T||) one shift serves the whole
+    group, half a gap below its first eigenvalue, so that every group direction grows alike and the
+    group's vectors stay independent for the Gram-Schmidt that follows (with a shift on one of its
+    eigenvalues they all turn into that one's vector). A sparse group, where a shared shift would sit
+    nearer the eigenvalue above the group than the group's top members, is cut into runs of
+    eigenvalues closer than sparse_group_gap ||T||, each shifted as a dense group (half that gap
+    below its first), and lone members, shifted by their own eigenvalue. Off-diagonals below
+    pivot_relative ||T|| count as zero (T splits there: no growth across a block of negligible
+    entries); smaller pivots are raised to pivot_relative ||T||."""
     matrix = tl.program_id(0).to(tl.int64)
     lanes = tl.program_id(1) * LANES + tl.arange(0, LANES)
     valid = lanes < n
@@ -654,16 +679,22 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     floor = pivot_relative * norm
     gap = group_gap * norm
     value = tl.load(values + lanes, mask=valid, other=0.0)
-    grouped = valid & (((lanes > 0) & (value - tl.load(values + lanes - 1, mask=valid & (lanes > 0), other=0.0) < gap))
-                       | ((lanes < n - 1) & (tl.load(values + lanes + 1, mask=lanes < n - 1, other=0.0) - value < gap)))
-    first = lanes  # walk down each group to its first eigenvalue
-    walking = grouped & (lanes > 0)
+    grouped = _chained(values, value, lanes, valid, n, gap)
+    first = _first_of_run(values, lanes, grouped, gap)  # each group's first and last eigenvalues
+    last = lanes
+    walking = grouped & (lanes < n - 1)
     while tl.max(walking.to(tl.int32)) > 0:
-        step = walking & (tl.load(values + first, mask=walking, other=0.0)
-                          - tl.load(values + first - 1, mask=walking, other=0.0) < gap)
-        first -= step.to(tl.int32)
-        walking = step & (first > 0)
-    shift = tl.where(grouped, tl.load(values + first, mask=valid, other=0.0) - 0.5 * gap, value)
+        step = walking & (tl.load(values + last + 1, mask=walking, other=0.0)
+                          - tl.load(values + last, mask=walking, other=0.0) < gap)
+        last += step.to(tl.int32)
+        walking = step & (last < n - 1)
+    low = tl.load(values + first, mask=valid, other=0.0)
+    run_gap = sparse_group_gap * norm
+    dense = tl.load(values + last, mask=valid, other=0.0) - low < run_gap * (last - first).to(tl.float32)
+    in_run = _chained(values, value, lanes, valid, n, run_gap)
+    run_first = _first_of_run(values, lanes, in_run & grouped & ~dense, run_gap)  # only sparse groups walk their runs
+    run_shift = tl.load(values + run_first, mask=valid, other=0.0) - 0.5 * run_gap
+    shift = tl.where(grouped, tl.where(dense, low - 0.5 * gap, tl.where(in_run, run_shift, value)), value)
     zero = tl.zeros((LANES,), tl.float32)
     head = tl.load(d) - shift  # row i's diagonal and superdiagonal after elimination, and its right-hand side
     head_next = zero + _split(tl.load(e), floor)
@@ -1275,8 +1306,8 @@ def _vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch
         if step:
             _transposed(z, columns)
         _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, lengths, n,
-                                                                  EPS, GROUP_GAP * EPS, FIRST=step == 0, LANES=LANES,
-                                                                  num_warps=1)
+                                                                  EPS, GROUP_GAP * EPS, SPARSE_GROUP_GAP * EPS,
+                                                                  FIRST=step == 0, LANES=LANES, num_warps=1)
         _orthonormalize(_transposed(columns, z, lengths), values, norm,
                         CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP)  # z, in place
     return _repair(z, d, e, values, norm)[0]
