@@ -695,7 +695,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     gap = GROUP_GAP * EPS * norm
     value = _load(values_ref.at[lanes], valid)
     grouped = _chained(values_ref, value, lanes, valid, n, gap)
-    first_index = _first_of_run(values_ref, lanes, grouped, gap)  # each group's first and last eigenvalues
+    first_index = _first_of_run(values_ref, lanes, grouped, gap)  # the group's first eigenvalue; walk_up: its last
 
     def walk_up(carry):
         last_index, walking = carry

@@ -437,10 +437,10 @@ SPARSE_GROUP_GAP = 1  # a group whose mean gap is at least this many eps ||T|| i
 # shift; in a sparse one, each run of eigenvalues closer than this shares a shift half this gap below its first, and
 # every other member shifts by its own eigenvalue. A shared shift puts a wide group's top members far from it, nearer
 # the eigenvalue above the group than their own: the 16x512 psd family's smallest eigenvalues (a run near zero, then a
-# sparse stretch, 30 to 100 members over 25 to 130 eps ||T||) failed 2 matrices in 31520 (Triton, orthogonality 122 and
-# 685) and 1 in about 53900 (Pallas, 115). Own shifts for every member of a sparse group mended those but failed others
-# of the same family (the run near zero); own shifts everywhere spoiled the clustered and repeated families
-# (results/h200/NOTES.md)
+# sparse stretch, 18 to 98 members over 13.5 to 130 eps ||T||) failed 3 matrices in 36672 (Triton, orthogonality 122,
+# 685 and 117) and 1 in about 90600 (Pallas, 115). Own shifts for every member of a sparse group mended those but
+# failed others of the same family (the run near zero); own shifts everywhere spoiled the clustered and repeated
+# families (results/h200/NOTES.md)
 CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T||_2 are orthogonalised against each other (LAPACK's
 # dstein, which measures with the 1-norm: for a dense random matrix that is about 0.4 sqrt(n) times larger, and the
 # clusters it chains up, hundreds of vectors long at n = 512, cost most of the Gram-Schmidt's time)

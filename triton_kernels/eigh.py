@@ -680,7 +680,7 @@ def _inverse_iteration_kernel(d_ptr, e_ptr, values_ptr, norm_ptr, x_ptr, scratch
     gap = group_gap * norm
     value = tl.load(values + lanes, mask=valid, other=0.0)
     grouped = _chained(values, value, lanes, valid, n, gap)
-    first = _first_of_run(values, lanes, grouped, gap)  # each group's first and last eigenvalues
+    first = _first_of_run(values, lanes, grouped, gap)  # indices of the group's first eigenvalue; the walk: its last
     last = lanes
     walking = grouped & (lanes < n - 1)
     while tl.max(walking.to(tl.int32)) > 0:
