@@ -1,5 +1,5 @@
-"""Without a CUDA GPU the kernels run through the Triton interpreter; it must be chosen before
-anything imports triton. Torch and JAX share a GPU when there is one."""
+"""Without a CUDA GPU the kernels run through the Triton interpreter (`compare.gpu_or_interpreters`); it must be
+chosen before anything imports triton. Torch and JAX share a GPU when there is one."""
 import os
 import pathlib
 import subprocess
@@ -8,8 +8,9 @@ import sys
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from compare import gpu_or_interpreters
+
+gpu_or_interpreters()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
@@ -24,3 +25,25 @@ def compile_for_hopper():
                               cwd=pathlib.Path(__file__).resolve().parents[1], capture_output=True, text=True)
         return done.returncode, done.stdout + done.stderr
     return run
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker a core through the interpreters; one on a GPU, where the tests share
+    the device and run in minutes (pytest-xdist's hook)."""
+    return 1 if torch.cuda.is_available() else os.cpu_count() or 1
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true",
+                     help="also run the tests marked slow through the interpreters (minutes each on a CPU)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow take minutes each in the Triton interpreter; on a CPU they run only with --run-slow. On a
+    GPU they always run (seconds there)."""
+    if torch.cuda.is_available() or config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow through the interpreters: run with --run-slow (always run on a GPU)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,65 @@
+"""The Triton interpreter (CPU runs only) made fit for the ports: reductions by our own combiners in whole arrays,
+and quiet about the lanes a kernel masks.
+
+Reductions. The interpreter reduces with NumPy when the combiner is one of Triton's (sum, max, min, argmin, argmax), but applies
+any other combiner, such as the eigh port's tuple sums (`_add_pairs`, ...), one element at a time in Python: 580
+such reductions took 113 of the 138 s of one n = 70 tridiagonalisation on a CPU. Triton leaves a reduction's order
+unspecified (a combiner must be associative), and a GPU reduces in a tree of warp shuffles; here the combiner is
+applied to the two halves of the reduced axis, log2(n) calls of the port's own combine function on whole arrays:
+the same code runs, in a tree order, and a wrong combiner still gives a wrong answer.
+
+Masked lanes. A kernel computes every lane of a block and masks the result (`tl.where`, a masked store): a GPU
+divides by zero or overflows there silently, and the interpreter's NumPy arithmetic warns (RuntimeWarning: divide by
+zero, overflow). Those warnings, from the interpreter's module alone, are silenced; NaN and Inf that reach an output
+are still caught by the workloads' checks.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+
+def _tree_reduce(self, input):
+    """`ReduceOps.generic_reduce`'s contract (input: a tuple of tensors; returns a list of tensors), pairwise."""
+    original_axis = self.axis
+    input, axis = self.unravel(input, self.axis)
+    dtypes = [arg.dtype for arg in input]
+    data = [arg.handle.data for arg in input]
+    input_shape = data[0].shape
+    while data[0].shape[axis] > 1:
+        size = data[0].shape[axis]
+        half = size // 2
+        low = [np.take(d, np.arange(half), axis=axis) for d in data]
+        high = [np.take(d, np.arange(half, 2 * half), axis=axis) for d in data]
+        combined = self.combine_fn.fn(*(self.to_tensor(d, t) for d, t in zip(low, dtypes)),
+                                      *(self.to_tensor(d, t) for d, t in zip(high, dtypes)))
+        combined = combined if isinstance(combined, tuple) else (combined,)
+        combined = [np.broadcast_to(np.asarray(c.handle.data if hasattr(c, "handle") else c, dtype=d.dtype),
+                                    low[0].shape) for c, d in zip(combined, data)]
+        data = [np.concatenate([c, np.take(d, np.arange(2 * half, size), axis=axis)], axis=axis)
+                for c, d in zip(combined, data)]
+    outputs = []
+    for d, dtype in zip(data, dtypes):
+        d = np.squeeze(d, axis=axis) if d.shape[axis] == 1 else np.zeros(input_shape[:axis] + input_shape[axis + 1:],
+                                                                          dtype=d.dtype)
+        if self.keep_dims:
+            d = np.expand_dims(d, axis) if original_axis is not None else d.reshape((1,) * len(input_shape))
+        elif original_axis is None:
+            d = d.item()
+        outputs.append(self.to_tensor(d, dtype))
+    return outputs
+
+
+def prepare_interpreter() -> None:
+    """Make the installed Triton interpreter reduce by our combiners pairwise (unchanged where it has no
+    `ReduceOps.generic_reduce`, i.e. another Triton than the one this was written against), and silence the
+    RuntimeWarnings of its arithmetic on masked lanes."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    reduce_ops = getattr(interpreter, "ReduceOps", None)
+    if reduce_ops is not None and hasattr(reduce_ops, "generic_reduce"):
+        reduce_ops.generic_reduce = _tree_reduce
