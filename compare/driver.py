@@ -20,6 +20,7 @@ that raises, returns NaN or the wrong shape is recorded as failed while the run 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -128,7 +129,11 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
     """One implementation on one case. Returns (result dict, first output as torch or None)."""
     import torch
 
-    result = {"impl": impl.name, "framework": impl.framework, "language": impl.language}
+    result = {"impl": impl.name, "framework": impl.framework, "backend": impl.backend}
+    missing = impl.needs.missing()
+    if missing:
+        result.update(status="skipped", reason=missing)
+        return result, None
     try:
         function = impl.load()
         sync.wait()
@@ -193,8 +198,26 @@ def compare_outputs(a, b) -> dict:
             "bitwise_equal": first is None, "first_difference": first}
 
 
+def cross_comparisons(workload: Workload, case_set: str, case: str, outputs: dict) -> list[dict]:
+    """Every pair of passing ports on one case (outputs: name -> first output, the reference port first): the
+    largest difference and whether they agree bitwise, on the part of the output the workload compares."""
+    part = workload.comparable or (lambda output: output)
+    entries = []
+    for a_name, b_name in itertools.combinations(outputs, 2):
+        try:
+            comparison = compare_outputs(part(outputs[a_name]), part(outputs[b_name]))
+        except Exception as error:  # noqa: BLE001 - recorded; the run goes on
+            comparison = {"max_abs_diff": math.nan, "bitwise_equal": False, "error": error_text(error)}
+        entries.append({"case_set": case_set, "case": case, "pair": [a_name, b_name], **comparison})
+    return entries
+
+
 def property_results(workload: Workload, impl: Implementation, device: str, sizes: dict) -> list[dict]:
     """The workload's extra properties (e.g. batch invariance) for one implementation."""
+    missing = impl.needs.missing()
+    if missing:
+        return [{"impl": impl.name, "backend": impl.backend, "property": "all", "passed": None, "checked": "-",
+                 "error": f"skipped: {missing}", "first_difference": None}]
     try:
         function = impl.load()
         entries = workload.properties(lambda inputs: to_torch(function(inputs)),
@@ -202,12 +225,12 @@ def property_results(workload: Workload, impl: Implementation, device: str, size
     except Exception as error:  # noqa: BLE001 - reported, and the run goes on
         entries = [{"property": "all", "passed": False, "checked": "-", "error": error_text(error),
                     "first_difference": None}]
-    return [{"impl": impl.name, "language": impl.language, **entry} for entry in entries]
+    return [{"impl": impl.name, "backend": impl.backend, **entry} for entry in entries]
 
 
 def with_variants(workload: Workload, specs: list[str]) -> Workload:
     """The workload with a variant implementation for each "NAME=IMPL:FILE": FILE's copy of implementation
-    IMPL's module (the function IMPL calls, from FILE), run as NAME with IMPL's framework and language, so
+    IMPL's module (the function IMPL calls, from FILE), run as NAME with IMPL's framework, backend and needs, so
     that a kernel change is measured against the port in the same run and by the same method. ValueError
     (or KeyError, for an unknown IMPL) if a spec is malformed, its name taken or its file missing."""
     variants = []
@@ -304,7 +327,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     recorder = Recorder(json_path, {
         "workload": workload.name, **info, "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "settings": vars(settings),
-        "implementations": [{"name": impl.name, "framework": impl.framework, "language": impl.language,
+        "implementations": [{"name": impl.name, "framework": impl.framework, "backend": impl.backend,
                              "label": impl.label} for impl in impls],
         "timing": ("sum of kernel device times (torch.profiler), L2 flushed" if settings.timer == "kernels"
                    else "host clock between device-wide synchronisations, L2 flushed"),
@@ -321,7 +344,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         pool = [workload.make_inputs(case, case["seed"] + p * POOL_SEED_STRIDE, device) for p in range(pool_size)]
         references = [workload.reference(inputs) for inputs in pool]
         flops, min_bytes = workload.cost(case)
-        ported = {}
+        ported = {}  # passing ports' first outputs, in registration order: the first is the reference port
         for impl in impls:
             done += 1
             result, first = measure(workload, impl, case, pool, references, sync, case_settings)
@@ -334,22 +357,14 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                     result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
             recorder.record["results"].append(result)
             recorder.save()
-            if impl.language in ("triton", "pallas") and result["status"] == "pass":
-                ported.setdefault(impl.language, (impl.name, first))
+            if impl.ported and result["status"] == "pass":
+                ported[impl.name] = first
             timing = f" {result['median_ms']:.3f} ms" if "median_ms" in result else ""
             progress(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: {result['status']}"
                      f"{timing}{' - ' + result['reason'] if result.get('reason') else ''}")
             del first
-        if "triton" in ported and "pallas" in ported:
-            (a_name, a), (b_name, b) = ported["triton"], ported["pallas"]
-            try:
-                part = workload.comparable or (lambda output: output)
-                comparison = compare_outputs(part(a), part(b))
-            except Exception as error:  # noqa: BLE001 - recorded; the run goes on
-                comparison = {"max_abs_diff": math.nan, "bitwise_equal": False, "error": error_text(error)}
-            recorder.record["cross"].append({"case_set": case_set, "case": name, "pair": [a_name, b_name],
-                                             **comparison})
-            recorder.save()
+        recorder.record["cross"].extend(cross_comparisons(workload, case_set, name, ported))
+        recorder.save()
         del pool, references, ported
         if on_gpu:
             torch.cuda.empty_cache()
@@ -360,7 +375,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             progress(f"properties of {impl.name} ...")
             for entry in property_results(workload, impl, device, sizes):
                 recorder.record["properties"].append(entry)
-                progress(f"  {entry['property']}: {'pass' if entry['passed'] else 'FAIL'} ({entry['checked']})"
+                progress(f"  {entry['property']}: {property_verdict(entry['passed'])} ({entry['checked']})"
                          + (f" first difference {entry['first_difference']}" if entry.get("first_difference") else "")
                          + (f" {entry['error']}" if entry.get("error") else ""))
             recorder.save()
@@ -368,6 +383,11 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     recorder.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     recorder.save()
     return recorder.record
+
+
+def property_verdict(passed: bool | None) -> str:
+    """A property's verdict in words: None is an implementation that cannot run here (`Needs.missing`)."""
+    return {True: "pass", False: "FAIL", None: "skipped"}[passed]
 
 
 def summarise(record: dict, baseline: str) -> dict:

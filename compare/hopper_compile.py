@@ -179,8 +179,8 @@ def compile_and_report(args) -> int:
     try:
         workload, case = one_case(args.workload, args.case, args.variant)
         impl = workload.implementation(args.impl)
-        if impl.language != "triton":
-            raise ValueError(f"{args.impl} is written in {impl.language}, not Triton")
+        if impl.backend != "triton":
+            raise ValueError(f"{args.impl} is written in {impl.backend}, not Triton")
         kernels = compile_launches(impl.load(), workload.make_inputs(case, case["seed"], "cpu"), args.specialise)
     except (KeyError, ValueError, RuntimeError) as error:
         print(f"bad argument: {error}", file=sys.stderr)

@@ -165,7 +165,7 @@ def report(impl, inputs, runs: int) -> bool:
     print(f"{impl.name}: {sum(times.values()):.3f} ms in kernels")
     for kernel, ms in times.items():
         print(f"  {ms:9.3f} ms  {resources_text(resources.get(kernel, [])):30s}  {kernel[:100]}")
-    if impl.language == "triton":
+    if impl.backend == "triton":
         for kernel, warps, registers, spilled in compiled_kernels(function):
             print(f"  {kernel:40s} {warps:2d} warps {registers:4d} registers {spilled:6d} bytes spilled")
     return True

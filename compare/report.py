@@ -18,20 +18,26 @@ def _number(value, digits=3) -> str:
 def print_table(record: dict, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 220)
     interpreted = record["mode"] != "gpu"
-    cross = {(c["case_set"], c["case"]): c for c in record["cross"]}
+    # each port against the case's reference port: the first passing port, the first of every pair it is in
+    against_reference = {}
+    for c in record["cross"]:
+        reference = against_reference.setdefault((c["case_set"], c["case"], c["pair"][0]), {"reference": True})
+        if reference.get("reference") and (c["case_set"], c["case"], c["pair"][1]) not in against_reference:
+            against_reference[(c["case_set"], c["case"], c["pair"][1])] = {**c, "reference": False}
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
     table = Table(title=title, header_style="bold")
     for column in ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
-                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|triton-pallas|", "bitwise"):
+                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|vs ref port|", "bitwise"):
         table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict", "error figures")
                          else "right")
     for r in record["results"]:
         errors = r.get("errors", {})
-        verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]"}[r["status"]]
-        pair = cross.get((r["case_set"], r["case"]), {}) if r["language"] in ("triton", "pallas") else {}
-        bitwise = {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
+        verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]",
+                   "skipped": "[yellow]skipped[/]"}[r["status"]]
+        pair = against_reference.get((r["case_set"], r["case"], r["impl"]), {})
+        bitwise = "ref" if pair.get("reference") else {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
         figures = " ".join(f"{name}={_number(value)}" for name, value in errors.items())
         passed = r["status"] == "pass"  # a failing result's time is in the JSON, not shown as a speed
         table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-",
@@ -40,17 +46,20 @@ def print_table(record: dict, console: Console | None = None) -> None:
                       _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
                       _number(r.get("first_call_s"), 2), _number(pair.get("max_abs_diff")), bitwise)
     console.print(table)
-    failures = [r for r in record["results"] if r["status"] != "pass"]
+    failures = [r for r in record["results"] if r["status"] not in ("pass", "skipped")]
     for r in failures:
         console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
+    skipped = {r["impl"]: r["reason"] for r in record["results"] if r["status"] == "skipped"}
+    for impl, reason in skipped.items():
+        console.print(f"[yellow]skipped[/] {impl}: {reason}")
     if record.get("properties"):
         properties = Table(title="properties" + (" (CPU interpreters)" if interpreted else ""), header_style="bold")
         for column in ("impl", "property", "verdict", "checked", "first difference"):
             properties.add_column(column)
         for p in record["properties"]:
             detail = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
-            properties.add_row(p["impl"], p["property"], "[green]pass[/]" if p["passed"] else "[red]FAIL[/]",
-                               p["checked"], detail)
+            verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]skipped[/]"}[p["passed"]]
+            properties.add_row(p["impl"], p["property"], verdict, p["checked"], detail)
         console.print(properties)
     summary = Table(title="geometric means per case set (over cases that all passed and were timed)")
     for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):

@@ -3,9 +3,10 @@
 A workload (one module per workload in this package) is data plus a few functions:
 cases, make_inputs, reference, check, cost (and, in its module, a `validate` that its
 implementations call on their input). An implementation is a function
-registered against a workload with its framework (torch | jax) and language
-(triton | pallas | library); it is imported only when used, so listing what exists
-needs neither Triton nor JAX.
+registered against a workload with its framework (torch | jax), its backend (one of
+BACKENDS) and what it needs to run (`Needs`); it is imported only when used, so listing what
+exists needs neither Triton nor JAX. The driver, the report and the tests know no backend by
+name: they take every port from the registry.
 
 Inputs are always made as torch tensors (the GPU MODE form). A JAX implementation gets
 them through DLPack, zero-copy on the GPU, before any timing starts.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import itertools
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -35,13 +37,78 @@ class Check:
     reason: str = ""
 
 
+# The backends an implementation may declare: the kernel languages ported to, and the library baselines.
+BACKENDS = {
+    "triton": "Triton, from PyTorch",
+    "gluon": "Gluon, Triton's lower level",
+    "pallas-triton": "Pallas on its Triton backend (deprecated since JAX 0.11)",
+    "pallas-mosaic-gpu": "Pallas on Mosaic GPU, JAX's supported GPU backend",
+    "library": "a library baseline (cuBLAS, cuSOLVER, XLA, ...)",
+}
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """'0.11.2' -> (0, 11, 2); a suffix such as '+cpu' or 'rc1' ends the numbers."""
+    numbers = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        numbers.append(int(digits))
+        if digits != part:
+            break
+    return tuple(numbers)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an implementation needs to run here; `missing()` names what is missing."""
+
+    gpu: bool = False  # a CUDA GPU: no interpreter runs it on a CPU
+    capability: tuple[int, int] | None = None  # the least CUDA compute capability, e.g. (9, 0)
+    versions: tuple[tuple[str, str], ...] = ()  # the least versions of packages, e.g. (("jax", "0.11"),)
+
+    def missing(self) -> str | None:
+        """Why the implementation cannot run on this machine, or None when it can."""
+        import importlib.metadata
+
+        import torch
+
+        for package, least in self.versions:
+            try:
+                found = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                return f"needs {package} >= {least}, not installed"
+            if _version_tuple(found) < _version_tuple(least):
+                return f"needs {package} >= {least}, found {found}"
+        if (self.gpu or self.capability) and not torch.cuda.is_available():
+            return "needs a CUDA GPU (no interpreter runs it)"
+        if self.capability and torch.cuda.get_device_capability() < self.capability:
+            major, minor = torch.cuda.get_device_capability()
+            return f"needs compute capability {self.capability[0]}.{self.capability[1]}, found {major}.{minor}"
+        return None
+
+
 @dataclass(frozen=True)
 class Implementation:
     name: str
     framework: str  # "torch" | "jax"
-    language: str  # "triton" | "pallas" | "library"
+    backend: str  # a key of BACKENDS
     label: str
     target: str  # "package.module:function", imported on first use, or "path/to/file.py:function"
+    needs: Needs = Needs()
+
+    def __post_init__(self):
+        if self.framework not in ("torch", "jax"):
+            raise ValueError(f"implementation {self.name!r}: framework {self.framework!r} is not torch or jax")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"implementation {self.name!r}: backend {self.backend!r} is not one of "
+                             f"{', '.join(BACKENDS)}")
+
+    @property
+    def ported(self) -> bool:
+        """A port of the workload to a kernel language (not a library baseline)."""
+        return self.backend != "library"
 
     def load(self) -> Callable:
         module_name, function_name = self.target.rsplit(":", 1)
@@ -79,7 +146,7 @@ class Workload:
     # vary(inputs, reference, generator) -> (inputs, reference): a never-seen input whose answer
     # follows cheaply from a known one (a random symmetry of the problem), for every timed call
     vary: Callable[[Any, Any, Any], tuple[Any, Any]] = None
-    # the part of an output the Triton and Pallas ports must agree on (default: all of it);
+    # the part of an output the ports must agree on (default: all of it);
     # eigh compares eigenvalues only, since eigenvectors are unique only up to sign and rotation
     comparable: Callable[[Any], Any] = None  # None: the whole output
     # optional checks beyond agreement: properties(function, convert, device, sizes) -> [dict],

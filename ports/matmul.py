@@ -241,7 +241,7 @@ WORKLOAD = Workload(
     implementations=(
         Implementation("triton", "torch", "triton", "Triton port: fixed K order, no split-K",
                        "triton_kernels.matmul:matmul"),
-        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering): fixed K order, no split-K",
+        Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering): fixed K order, no split-K",
                        "pallas_kernels.matmul:matmul"),
         Implementation("torch", "torch", "library", "torch.matmul (cuBLAS)", "ports.matmul:matmul_torch"),
         Implementation("jax_xla", "jax", "library", "jnp.matmul under jax.jit (XLA)", "ports.matmul:matmul_xla"),

@@ -319,7 +319,7 @@ WORKLOAD = Workload(
     implementations=(
         Implementation("triton", "torch", "triton", "Triton port (fp16 tensor cores, fp32 accumulate)",
                        "triton_kernels.trimul:trimul"),
-        Implementation("pallas", "jax", "pallas", "Pallas port (Triton lowering, fp16 tensor cores)",
+        Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering, fp16 tensor cores)",
                        "pallas_kernels.trimul:trimul"),
         Implementation("torch_fp32", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
                        "ports.trimul:trimul_torch_fp32"),

@@ -276,7 +276,7 @@ def test_cli_runs_variants_of_a_port_from_their_files(tmp_path):
     assert code == 1 and list(results) == ["triton", "counted", "zero"]
     labels = {entry["name"]: entry["label"] for entry in record["implementations"]}  # which file each variant ran
     assert labels["counted"].endswith(f"variant from {counted}") and "variant" not in labels["triton"]
-    assert results["counted"]["status"] == "pass" and results["counted"]["language"] == "triton"
+    assert results["counted"]["status"] == "pass" and results["counted"]["backend"] == "triton"
     assert ports._module_from_file(str(counted)).CALLS  # the file's function ran, not the port's module
     assert results["zero"]["status"] == "fail"  # a variant is checked as every implementation is
 
@@ -441,7 +441,7 @@ def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     def out_of_shared_memory(inputs):
         raise RuntimeError("while launching eigh_back_transform:\nShared memory size limit exceeded: requested 270336")
 
-    impl = types.SimpleNamespace(name="broken", framework="torch", language="triton",
+    impl = types.SimpleNamespace(name="broken", framework="torch", backend="triton",
                                  load=lambda: out_of_shared_memory)
     assert report(impl, (torch.zeros(2),), runs=1) is False
     expected = "broken: failed: RuntimeError: Shared memory size limit exceeded: requested 270336\n"
@@ -523,7 +523,7 @@ def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeyp
     monkeypatch.setattr(torch.profiler, "profile",
                         fake_profiler([("eigh_bisect", 4000.0), ("inverse", 2000.0), ("memcpy", 1000.0)], events))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    impl = SimpleNamespace(name="pallas", framework="torch", language="pallas", load=lambda: lambda inputs: inputs)
+    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton", load=lambda: lambda inputs: inputs)
     assert report(impl, (torch.zeros(2),), runs=1) is True
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pallas: 7.000 ms in kernels"
@@ -542,7 +542,7 @@ def test_kernel_times_keeps_the_times_when_the_trace_cannot_be_read(monkeypatch,
 
     monkeypatch.setattr(torch.profiler, "profile", Untraced)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    impl = SimpleNamespace(name="pallas", framework="torch", language="pallas", load=lambda: lambda inputs: inputs)
+    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton", load=lambda: lambda inputs: inputs)
     assert report(impl, (torch.zeros(2),), runs=1) is True
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pallas: launch resources unavailable: OSError: No space left on device"

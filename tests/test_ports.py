@@ -1,0 +1,101 @@
+"""The registry (ports/__init__.py): backends and needs declared as data, and the driver taking every port from it.
+
+A fake workload (y = 2 x) with ports that double exactly, one that doubles by another route (equal bits only where
+the rounding agrees), one that needs what no machine has, and a library baseline: the driver must skip the port it
+cannot run with the reason, compare every pair of passing ports, and know none of them by name.
+"""
+import json
+
+import pytest
+import torch
+
+import ports
+from compare.__main__ import main as compare_main
+from compare.driver import Settings, run
+from ports import Check, Implementation, Needs, Workload
+
+
+def twice(x):
+    return 2 * x
+
+
+def twice_by_thirds(x):
+    return (x / 3 + x / 3 + x / 3) * 2  # not the same bits as 2 x for every x
+
+
+def workload(*extra):
+    cases = [dict(n=n, seed=n) for n in (3, 100)]
+    return Workload(
+        name="double", cases={"smoke": cases}, make_inputs=lambda case, seed, device: torch.randn(
+            case["n"], generator=torch.Generator().manual_seed(seed)),
+        reference=lambda x: 2 * x.double(), case_name=lambda case: f"n{case['n']}",
+        check=lambda x, out, expected: Check(bool(torch.allclose(out.double(), expected, atol=1e-5))),
+        cost=lambda case: (case["n"], 8 * case["n"]), baseline="library",
+        implementations=(Implementation("first", "torch", "triton", "exact", "tests.test_ports:twice"),
+                         Implementation("second", "torch", "gluon", "exact too", "tests.test_ports:twice"),
+                         Implementation("thirds", "torch", "pallas-mosaic-gpu", "by thirds",
+                                        "tests.test_ports:twice_by_thirds"),
+                         Implementation("library", "torch", "library", "a baseline", "tests.test_ports:twice"),
+                         *extra))
+
+
+def test_a_backend_or_framework_not_declared_is_refused():
+    with pytest.raises(ValueError, match="backend 'cuda' is not one of triton, gluon"):
+        Implementation("x", "torch", "cuda", "", "m:f")
+    with pytest.raises(ValueError, match="framework 'numpy'"):
+        Implementation("x", "numpy", "triton", "", "m:f")
+
+
+def test_needs_name_what_is_missing(monkeypatch):
+    assert Needs().missing() is None
+    assert Needs(versions=(("torch", "1.0"),)).missing() is None
+    assert Needs(versions=(("torch", "999.0"),)).missing().startswith("needs torch >= 999.0, found ")
+    assert Needs(versions=(("no-such-package", "1"),)).missing() == "needs no-such-package >= 1, not installed"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert Needs(gpu=True).missing() == "needs a CUDA GPU (no interpreter runs it)"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
+    assert Needs(gpu=True, capability=(9, 0)).missing() == "needs compute capability 9.0, found 8.0"
+    assert Needs(gpu=True, capability=(8, 0)).missing() is None
+
+
+def test_versions_compare_as_numbers():
+    assert ports._version_tuple("0.11.2") > ports._version_tuple("0.9")
+    assert ports._version_tuple("2.13.0+cpu") == (2, 13, 0) and ports._version_tuple("3.6.0rc1") == (3, 6, 0)
+
+
+def test_driver_skips_what_cannot_run_and_compares_every_pair_of_ports(tmp_path):
+    unrunnable = Implementation("future", "torch", "triton", "needs a newer torch", "tests.test_ports:twice",
+                                Needs(versions=(("torch", "999"),)))
+    record = run(workload(unrunnable), ["first", "second", "thirds", "library", "future"], ["smoke"],
+                 tmp_path / "double.json", Settings(timed=False), progress=lambda message: None)
+    statuses = {(r["case"], r["impl"]): r["status"] for r in record["results"]}
+    assert set(statuses.values()) == {"pass", "skipped"}
+    assert [r["reason"] for r in record["results"] if r["impl"] == "future"] == ["needs torch >= 999, found "
+                                                                               + torch.__version__] * 2
+    pairs = {(c["case"], *c["pair"]): c["bitwise_equal"] for c in record["cross"]}
+    # every pair of passing ports, the reference port (the first registered) first; no library, nothing skipped
+    assert set(pairs) == {(case, a, b) for case in ("n3", "n100")
+                          for a, b in (("first", "second"), ("first", "thirds"), ("second", "thirds"))}
+    assert pairs[("n100", "first", "second")] and not pairs[("n100", "first", "thirds")]
+    saved = json.loads((tmp_path / "double.json").read_text())["cross"]
+    assert [(c["case"], *c["pair"], c["bitwise_equal"]) for c in saved] == [(*key, equal) for key, equal in pairs.items()]
+
+
+def test_cli_exits_0_when_only_skips_are_reported(tmp_path, monkeypatch, capsys):
+    unrunnable = Implementation("gpu_only", "torch", "gluon", "needs a GPU", "tests.test_ports:twice", Needs(gpu=True))
+    registered = workload(unrunnable)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ports, "get_workload", lambda name: registered)
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    assert compare_main(["double", "--impl", "first,gpu_only", "--json", str(tmp_path / "d.json")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped gpu_only: needs a CUDA GPU (no interpreter runs it)" in " ".join(out.split())
+    record = json.loads((tmp_path / "d.json").read_text())
+    assert {r["impl"]: r["backend"] for r in record["results"]} == {"first": "triton", "gpu_only": "gluon"}
+
+
+def test_every_registered_implementation_declares_a_known_backend():
+    for name in ports.WORKLOAD_MODULES:
+        for impl in ports.get_workload(name).implementations:
+            assert impl.backend in ports.BACKENDS and impl.ported == (impl.backend != "library")
