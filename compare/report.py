@@ -6,6 +6,10 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from compare.driver import property_verdict
+
+VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
+
 
 def _number(value, digits=3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -18,12 +22,13 @@ def _number(value, digits=3) -> str:
 def print_table(record: dict, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 220)
     interpreted = record["mode"] != "gpu"
-    # each port against the case's reference port: the first passing port, the first of every pair it is in
-    against_reference = {}
+    # each port against the case's reference port: the first port of the case's first pair (the driver pairs the
+    # passing ports in registration order)
+    reference_port, against_reference = {}, {}
     for c in record["cross"]:
-        reference = against_reference.setdefault((c["case_set"], c["case"], c["pair"][0]), {"reference": True})
-        if reference.get("reference") and (c["case_set"], c["case"], c["pair"][1]) not in against_reference:
-            against_reference[(c["case_set"], c["case"], c["pair"][1])] = {**c, "reference": False}
+        key = (c["case_set"], c["case"])
+        if reference_port.setdefault(key, c["pair"][0]) == c["pair"][0]:
+            against_reference[(*key, c["pair"][1])] = c
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
@@ -34,10 +39,10 @@ def print_table(record: dict, console: Console | None = None) -> None:
                          else "right")
     for r in record["results"]:
         errors = r.get("errors", {})
-        verdict = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]",
-                   "skipped": "[yellow]skipped[/]"}[r["status"]]
+        verdict = VERDICTS[r["status"]]
         pair = against_reference.get((r["case_set"], r["case"], r["impl"]), {})
-        bitwise = "ref" if pair.get("reference") else {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-")
+        bitwise = ("ref" if reference_port.get((r["case_set"], r["case"])) == r["impl"]
+                   else {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-"))
         figures = " ".join(f"{name}={_number(value)}" for name, value in errors.items())
         passed = r["status"] == "pass"  # a failing result's time is in the JSON, not shown as a speed
         table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-",
@@ -58,8 +63,8 @@ def print_table(record: dict, console: Console | None = None) -> None:
             properties.add_column(column)
         for p in record["properties"]:
             detail = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
-            verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]skipped[/]"}[p["passed"]]
-            properties.add_row(p["impl"], p["property"], verdict, p["checked"], detail)
+            properties.add_row(p["impl"], p["property"], VERDICTS[property_verdict(p["passed"]).lower()], p["checked"],
+                               detail)
         console.print(properties)
     summary = Table(title="geometric means per case set (over cases that all passed and were timed)")
     for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):

@@ -592,8 +592,8 @@ WORKLOAD = Workload(
     implementations=(
         Implementation("triton", "torch", "triton", "Triton port: on-chip Jacobi (n <= 64), tridiagonalisation above",
                        "triton_kernels.eigh:eigh"),
-        Implementation("pallas", "jax", "pallas-triton", "Pallas port: on-chip Jacobi (n <= 64), tridiagonalisation above",
-                       "pallas_kernels.eigh:eigh"),
+        Implementation("pallas", "jax", "pallas-triton",
+                       "Pallas port: on-chip Jacobi (n <= 64), tridiagonalisation above", "pallas_kernels.eigh:eigh"),
         Implementation("torch", "torch", "library", "torch.linalg.eigh (cuSOLVER)", "ports.eigh:eigh_torch"),
         Implementation("jax", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),
     ),

@@ -1,12 +1,12 @@
 """The Triton interpreter (CPU runs only) made fit for the ports: reductions by our own combiners in whole arrays,
 and quiet about the lanes a kernel masks.
 
-Reductions. The interpreter reduces with NumPy when the combiner is one of Triton's (sum, max, min, argmin, argmax), but applies
-any other combiner, such as the eigh port's tuple sums (`_add_pairs`, ...), one element at a time in Python: 580
-such reductions took 113 of the 138 s of one n = 70 tridiagonalisation on a CPU. Triton leaves a reduction's order
-unspecified (a combiner must be associative), and a GPU reduces in a tree of warp shuffles; here the combiner is
-applied to the two halves of the reduced axis, log2(n) calls of the port's own combine function on whole arrays:
-the same code runs, in a tree order, and a wrong combiner still gives a wrong answer.
+Reductions. The interpreter reduces with NumPy when the combiner is one of Triton's (sum, max, min, argmin,
+argmax), but applies any other combiner, such as the eigh port's tuple sums (`_add_pairs`, ...), one element at a
+time in Python: 580 such reductions took 113 of the 138 s of one n = 70 tridiagonalisation on a CPU. Triton leaves
+a reduction's order unspecified (a combiner must be associative), and a GPU reduces in a tree of warp shuffles; here
+the combiner is applied to the two halves of the reduced axis, log2(n) calls of the port's own combine function on
+whole arrays: the same code runs, in a tree order, and a wrong combiner still gives a wrong answer.
 
 Masked lanes. A kernel computes every lane of a block and masks the result (`tl.where`, a masked store): a GPU
 divides by zero or overflows there silently, and the interpreter's NumPy arithmetic warns (RuntimeWarning: divide by
