@@ -65,7 +65,9 @@ class Needs:
     """What an implementation needs to run here; `missing()` names what is missing."""
 
     gpu: bool = False  # a CUDA GPU: no interpreter runs it on a CPU
-    capability: tuple[int, int] | None = None  # the least CUDA compute capability, e.g. (9, 0)
+    # the least CUDA compute capability of a GPU that runs it, e.g. (9, 0); without a GPU an interpreter runs it
+    # unless `gpu` is set too
+    capability: tuple[int, int] | None = None
     versions: tuple[tuple[str, str], ...] = ()  # the least versions of packages, e.g. (("jax", "0.11"),)
 
     def missing(self) -> str | None:
@@ -81,8 +83,8 @@ class Needs:
                 return f"needs {package} >= {least}, not installed"
             if _version_tuple(found) < _version_tuple(least):
                 return f"needs {package} >= {least}, found {found}"
-        if (self.gpu or self.capability) and not torch.cuda.is_available():
-            return "needs a CUDA GPU (no interpreter runs it)"
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU (no interpreter runs it)" if self.gpu else None
         if self.capability and torch.cuda.get_device_capability() < self.capability:
             major, minor = torch.cuda.get_device_capability()
             return f"needs compute capability {self.capability[0]}.{self.capability[1]}, found {major}.{minor}"

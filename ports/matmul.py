@@ -7,7 +7,7 @@ the input dtype) or "float32".
 Besides agreement with a float64 reference, three properties are checked by the driver:
 batch invariance (row r of A[:M] @ B has the same bits for every M, and a row's bits do not
 depend on where in a batch it sits), run-to-run determinism, and bitwise agreement between the
-Triton and Pallas ports.
+ports.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ports import Check, Implementation, Workload, dtype_name, first_difference
+from ports import Check, Implementation, Needs, Workload, dtype_name, first_difference
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OUTPUTS = ("same", "float32")
@@ -243,6 +243,9 @@ WORKLOAD = Workload(
                        "triton_kernels.matmul:matmul"),
         Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering): fixed K order, no split-K",
                        "pallas_kernels.matmul:matmul"),
+        Implementation("mosaic_gpu", "jax", "pallas-mosaic-gpu",
+                       "Pallas port (Mosaic GPU): TMA pipeline and wgmma, fixed K order, no split-K",
+                       "mosaic_gpu_kernels.matmul:matmul", Needs(capability=(9, 0))),
         Implementation("torch", "torch", "library", "torch.matmul (cuBLAS)", "ports.matmul:matmul_torch"),
         Implementation("jax_xla", "jax", "library", "jnp.matmul under jax.jit (XLA)", "ports.matmul:matmul_xla"),
     ),

@@ -1,4 +1,4 @@
-"""Batch-invariant matmul: both ports against float64, the three bitwise properties, the driver.
+"""Batch-invariant matmul: every port against float64, the three bitwise properties, the driver.
 
 On CPU the Triton path uses float16 (the Triton interpreter misreads bf16 there) and the property
 sweeps stay inside one tile configuration (the interpreters' dots sum in shape-dependent orders);
@@ -16,7 +16,7 @@ from ports import matmul as spec
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 bits come from the tensor cores)")
-PORTS = ("triton", "pallas")
+PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported)
 
 
 def port_function(name):
@@ -43,10 +43,13 @@ def test_port_matches_float64_reference(port, case):
     assert verdict.errors["rel_fro"] < 2e-3
 
 
-def test_pallas_bf16_matches_float64_reference():
+@pytest.mark.parametrize("port", [impl.name for impl in spec.WORKLOAD.implementations
+                                  if impl.ported and impl.framework == "jax"])
+def test_jax_ports_bf16_match_float64_reference(port):
+    # the Triton interpreter misreads bf16; the Pallas interpreters do not
     case = spec._case(33, 100, 130, 9, "bfloat16")
     data = fresh_inputs(case)
-    assert spec.check(data, port_function("pallas")(data), spec.reference(data)).passed
+    assert spec.check(data, port_function(port)(data), spec.reference(data)).passed
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -108,12 +111,12 @@ def test_bad_input_is_named(port, data, message):
 
 def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
     path = tmp_path / "matmul.json"
-    assert compare_main(["matmul", "--impl", "triton,pallas", "--cases", "smoke", "--json", str(path)]) == 0
+    assert compare_main(["matmul", "--impl", ",".join(PORTS), "--cases", "smoke", "--json", str(path)]) == 0
     record = json.loads(path.read_text())
-    assert {p["impl"] for p in record["properties"]} == {"triton", "pallas"}
+    assert {p["impl"] for p in record["properties"]} == set(PORTS)
     assert all(p["passed"] for p in record["properties"])
-    assert len(record["cross"]) == len(spec.SMOKE_CASES)
-    # On the GPU the two ports agree bitwise on every case; the CPU interpreters' dots need not.
+    assert len(record["cross"]) == len(spec.SMOKE_CASES) * len(PORTS) * (len(PORTS) - 1) // 2
+    # On the GPU the ports agree bitwise on every case; the CPU interpreters' dots need not.
     assert all(c["bitwise_equal"] for c in record["cross"]) or not ON_GPU
 
 
@@ -121,9 +124,9 @@ def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
 @pytest.mark.parametrize("case", spec.TEST_CASES, ids=spec.case_name)
 def test_ports_agree_bitwise_on_gpu(case):
     data = fresh_inputs(case)
-    triton_out, pallas_out = (port_function(port)(data) for port in PORTS)
-    assert spec.check(data, triton_out, spec.reference(data)).passed
-    assert first_difference(triton_out, pallas_out) is None
+    first, *others = (port_function(port)(data) for port in PORTS)
+    assert spec.check(data, first, spec.reference(data)).passed
+    assert [first_difference(first, other) for other in others] == [None] * len(others)
 
 
 @needs_gpu
@@ -170,6 +173,23 @@ def test_pallas_port_lowers_for_cuda(m):
     b = jax.numpy.zeros((4096, 4096), jax.numpy.bfloat16)
     lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernel itself")
+@pytest.mark.parametrize("m, n, k, out", [(1, 4096, 4096, "same"), (128, 4096, 4096, "float32"),
+                                          (16, 14336, 4096, "same"), (256, 4096, 4096, "float32"),
+                                          (33, 100, 130, "same"), (1000, 1, 255, "float32")])
+def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
+    # The interpreter does not check what the lowering does (layout inference, the swizzled layouts' tiling of the
+    # arrays): lowering for CUDA needs no GPU, and each tiling and padding is lowered here as the GPU would get it.
+    jax = pytest.importorskip("jax")
+    from mosaic_gpu_kernels.matmul import _matmul, mosaic_tiling, padded_shape
+    tiles = mosaic_tiling(m, n)
+    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False)
+    a = jax.ShapeDtypeStruct((pm, pk), jax.numpy.bfloat16)
+    b = jax.ShapeDtypeStruct((pk, pn), jax.numpy.bfloat16)
+    lowered = _matmul.trace(a, b, out=out, tiles=tiles, interpret=False).lower(lowering_platforms=("cuda",))
+    assert "mosaic_gpu" in lowered.as_text()
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernel for it")

@@ -53,10 +53,12 @@ def test_needs_name_what_is_missing(monkeypatch):
     assert Needs(versions=(("no-such-package", "1"),)).missing() == "needs no-such-package >= 1, not installed"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert Needs(gpu=True).missing() == "needs a CUDA GPU (no interpreter runs it)"
+    assert Needs(capability=(9, 0)).missing() is None  # an interpreter runs it
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
     assert Needs(gpu=True, capability=(9, 0)).missing() == "needs compute capability 9.0, found 8.0"
     assert Needs(gpu=True, capability=(8, 0)).missing() is None
+    assert Needs(capability=(9, 0)).missing() == "needs compute capability 9.0, found 8.0"
 
 
 def test_versions_compare_as_numbers():
