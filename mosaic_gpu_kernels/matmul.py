@@ -1,23 +1,34 @@
 """Batch-invariant matmul in Pallas on Mosaic GPU: the algorithm of triton_kernels/matmul.py with Hopper's own parts.
 
-Each CTA (one warpgroup, 128 threads) owns one tile_m x tile_n tile of C and walks the whole of K in 64-deep steps (32 with 32-wide tiles),
-in order: TMA brings the A and B tiles into swizzled shared memory through a pipeline of `stages` buffers, and wgmma
-accumulates A @ B into fp32 registers, one 16-deep tensor-core step after another. No split-K, so every element of C
-is the same sequence of operations whatever M is, and the tile shape changes only which CTA does the work. CTAs run
-in grouped order (group_m row tiles share the B tiles they read through L2), as in the other ports. The epilogue
-rounds the accumulator to the output type in registers, stores it to shared memory, and TMA writes it out.
+Each CTA owns one tile of C and walks the whole of K in tile_k steps, in order: TMA brings the A and B tiles into
+swizzled shared memory through a pipeline of `stages` buffers, and wgmma accumulates A @ B into fp32 registers, one
+16-deep tensor-core step after another. No split-K, so every element of C is the same sequence of operations whatever
+M is, and the tile shape changes only which warpgroup does the work. CTAs run in grouped order (group_m row tiles
+share the B tiles they read through L2), as in the other ports. The epilogue rounds the accumulator to the output
+type in registers, stores it to shared memory, and TMA writes it out.
+
+Two kernels, by batch size:
+- small batches (M <= 128): 64-row tiles, one warpgroup that both issues the TMA copies and the wgmmas
+  (`plgpu.emit_pipeline`);
+- large batches: 128 x 256 tiles, warp-specialised (`plgpu.emit_pipeline_warp_specialized`): a memory warpgroup
+  issues the TMA copies, and two compute warpgroups each own a 128 x 128 half of the tile (the largest fp32
+  accumulator a warpgroup holds in registers); each writes its half out in 64 x 64 pieces through two shared-memory
+  buffers, so that one piece's store overlaps the next piece's conversion. Where 128 x 256 tiles are too few for
+  the SMs (M = 512 at N = 4096), 128 x 128 tiles with one warpgroup.
 
 Differences the language forces, against the Triton port:
 - Shapes are static, as in every Pallas kernel: each distinct (padded) shape compiles once.
 - No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
   The swizzled layouts wgmma reads, though, tile the whole array in (8, swizzle width) blocks, so the lowering needs
   each tiled dimension to be a multiple of its block or smaller than it: M is padded to a multiple of 8 (when at
-  least 8), K to a multiple of the K step and N to a multiple of the swizzle width, with zero rows and columns that add
-  exactly nothing. At the benchmarked shapes nothing is padded.
+  least 8), and K and N to a multiple of the swizzle width, with zero rows and columns that add exactly nothing.
+  At the benchmarked shapes nothing is padded.
+- wgmma reads A and B with one swizzle, set here by B's tile width (128 bytes for every tiling chosen).
 """
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import jax
@@ -35,63 +46,79 @@ except AttributeError:  # jax 0.10's interpreter is private and raises on TMA re
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as _interpret_params
     _INTERPRETER_READS_PAST_THE_ARRAY = False
 
+EPILOGUE_TILE = 64  # the warp-specialised kernel's output pieces: 64 x 64
+SHARED_MEMORY = 200 * 1024  # of the H200's 227 KiB a CTA may use, what the small tiles' stages may take
+
+
 @dataclass(frozen=True)
 class MosaicTiling:
     tile_m: int
-    tile_n: int
+    tile_n: int  # the CTA's columns: split between the compute warpgroups
+    tile_k: int
     stages: int
+    compute_warpgroups: int = 1  # more than one: warp-specialised, a memory warpgroup feeds them
     group_m: int = 8
 
-    @property
-    def tile_k(self) -> int:
-        """wgmma reads A and B with one swizzle: A's row of tile_k elements as wide as B's row of tile_n, up to 128
-        bytes (64 elements)."""
-        return min(64, self.tile_n)
 
-
-def mosaic_tiling(m: int, n: int) -> MosaicTiling:
-    """Small batches: 64-row tiles (wgmma's least) with the widest column tile that still gives about a CTA per SM.
-    Large batches: 128 x 128, the largest fp32 accumulator one warpgroup holds in registers."""
+def mosaic_tiling(m: int, n: int, out: str = "same") -> MosaicTiling:
+    """Small batches: 64-row tiles (wgmma's least), 128 columns where that still gives about a CTA per SM, else 64,
+    and as many pipeline stages as shared memory holds (up to 12): without split-K, the bytes of B in flight per SM
+    are what bounds small-M latency. Not 32 columns as in the Triton port: TMA copies of 64-byte rows ran at half
+    the rate of 128-byte ones (results/h200/NOTES.md). Large batches: 128 x 256 in two compute warpgroups, or
+    128 x 128 in one where that gives too few CTAs, 4 stages (3 for fp32 output, whose epilogue buffers are twice
+    as large)."""
     if m <= SMALL_M:
-        row_tiles = -(-m // 64)
-        tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
-        return MosaicTiling(tile_m=64, tile_n=tile_n, stages=8 if tile_n > 32 else 12)
-    return MosaicTiling(tile_m=128, tile_n=128, stages=4)
+        tile_n = 128 if -(-m // 64) * -(-n // 128) >= PROGRAMS_WANTED else 64
+        stage_bytes = (64 * 64 + 64 * tile_n) * 2
+        stages = min(12, (SHARED_MEMORY - 64 * tile_n * 4) // stage_bytes)
+        return MosaicTiling(tile_m=64, tile_n=tile_n, tile_k=64, stages=stages)
+    if -(-m // 128) * -(-n // 256) < PROGRAMS_WANTED:
+        return MosaicTiling(tile_m=128, tile_n=128, tile_k=64, stages=4)
+    return MosaicTiling(tile_m=128, tile_n=256, tile_k=64, stages=4 if out == "same" else 3, compute_warpgroups=2)
 
 
-def _swizzled(minor: int, dtype) -> tuple:
+def _swizzle(width: int, dtype) -> int:
+    """The swizzle, in bytes, of a shared-memory tile `width` elements wide (at most 128 bytes)."""
+    return plgpu.find_swizzle(width * jnp.dtype(dtype).itemsize * 8)
+
+
+def _layout(swizzle: int, dtype) -> tuple:
     """The shared-memory layout wgmma reads and TMA writes: (8 rows, one swizzle width) blocks, swizzled."""
-    itemsize = jnp.dtype(dtype).itemsize
-    swizzle = plgpu.find_swizzle(minor * itemsize * 8)
-    return plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle)
+    return plgpu.TilingTransform((8, swizzle // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(swizzle)
 
 
-def _swizzle_width(minor: int, dtype) -> int:
-    return plgpu.find_swizzle(minor * jnp.dtype(dtype).itemsize * 8) // jnp.dtype(dtype).itemsize
+def _in_specs(tiles: MosaicTiling, dtype, delay_release: int) -> list:
+    """A's (tile_m, tile_k) and B's (tile_k, tile_n) blocks at K step kk, both with B's swizzle."""
+    layout = _layout(_swizzle(tiles.tile_n, dtype), dtype)
+    return [plgpu.BlockSpec((tiles.tile_m, tiles.tile_k), lambda kk: (0, kk), transforms=layout,
+                            delay_release=delay_release),
+            plgpu.BlockSpec((tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0), transforms=layout,
+                            delay_release=delay_release)]
 
 
-def _matmul_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
-    (m, k), n = a_gmem.shape, b_gmem.shape[1]
+def _tile_slices(m: int, n: int, tiles: MosaicTiling):
+    """The rows and columns of C that this CTA owns, in grouped order."""
     tiles_m, tiles_n = pl.cdiv(m, tiles.tile_m), pl.cdiv(n, tiles.tile_n)
     pid = lax.axis_index("tile")
     per_group = tiles.group_m * tiles_n
     first_m = (pid // per_group) * tiles.group_m
     group_rows = jnp.minimum(tiles_m - first_m, tiles.group_m)
-    rows = pl.ds((first_m + (pid % per_group) % group_rows) * tiles.tile_m, tiles.tile_m)
-    cols = pl.ds(((pid % per_group) // group_rows) * tiles.tile_n, tiles.tile_n)
+    return (pl.ds((first_m + (pid % per_group) % group_rows) * tiles.tile_m, tiles.tile_m),
+            pl.ds(((pid % per_group) // group_rows) * tiles.tile_n, tiles.tile_n))
+
+
+def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
+    (m, k), n = a_gmem.shape, b_gmem.shape[1]
+    rows, cols = _tile_slices(m, n, tiles)
 
     def k_loop(acc):
         def step(_, a_smem, b_smem):
             plgpu.wgmma(acc, a_smem, b_smem)  # asynchronous: acc += a @ b, in 16-deep steps
             plgpu.wgmma_wait(1)  # the step before has read its buffers: the pipeline may refill them
 
-        plgpu.emit_pipeline(
-            step, grid=(pl.cdiv(k, tiles.tile_k),), max_concurrent_steps=tiles.stages,
-            in_specs=[plgpu.BlockSpec((tiles.tile_m, tiles.tile_k), lambda kk: (0, kk),
-                                      transforms=_swizzled(tiles.tile_k, a_gmem.dtype), delay_release=1),
-                      plgpu.BlockSpec((tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0),
-                                      transforms=_swizzled(tiles.tile_n, b_gmem.dtype), delay_release=1)],
-        )(a_gmem.at[rows, :], b_gmem.at[:, cols])
+        plgpu.emit_pipeline(step, grid=(pl.cdiv(k, tiles.tile_k),), max_concurrent_steps=tiles.stages,
+                            in_specs=_in_specs(tiles, a_gmem.dtype, delay_release=1),
+                            )(a_gmem.at[rows, :], b_gmem.at[:, cols])
         return acc[...]  # waits for the last wgmma
 
     c_smem[...] = pl.run_scoped(k_loop, plgpu.ACC((tiles.tile_m, tiles.tile_n), jnp.float32)).astype(c_smem.dtype)
@@ -100,21 +127,68 @@ def _matmul_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
     plgpu.wait_smem_to_gmem(0)
 
 
+def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
+    (m, k), n = a_gmem.shape, b_gmem.shape[1]
+    rows, cols = _tile_slices(m, n, tiles)
+    warpgroup = lax.axis_index("warpgroup")  # the memory warpgroup is the last
+    width = tiles.tile_n // tiles.compute_warpgroups
+    own_cols = pl.ds(warpgroup * width, width)
+    pieces = list(itertools.product(range(tiles.tile_m // EPILOGUE_TILE), range(width // EPILOGUE_TILE)))
+
+    def with_buffers(out_smem):
+        def compute(run_pipeline):
+            def with_accumulator(acc):
+                run_pipeline(acc)
+                result = acc[...].astype(c_gmem.dtype)
+                for index, (i, j) in enumerate(pieces):
+                    piece = (slice(i * EPILOGUE_TILE, (i + 1) * EPILOGUE_TILE),
+                             slice(j * EPILOGUE_TILE, (j + 1) * EPILOGUE_TILE))
+                    plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this buffer's store before the last is done
+                    out_smem[warpgroup, index % 2] = result[piece]
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(out_smem.at[warpgroup, index % 2],
+                                            c_gmem.at[rows, cols].at[:, own_cols].at[
+                                                pl.ds(i * EPILOGUE_TILE, EPILOGUE_TILE),
+                                                pl.ds(j * EPILOGUE_TILE, EPILOGUE_TILE)])
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+            pl.run_scoped(with_accumulator, plgpu.ACC((tiles.tile_m, width), jnp.float32))
+
+        def step(_, a_smem, b_smem, acc):
+            plgpu.wgmma(acc, a_smem, b_smem.at[:, own_cols])
+            plgpu.wgmma_wait(1)
+            return acc
+
+        plgpu.emit_pipeline_warp_specialized(
+            step, grid=(pl.cdiv(k, tiles.tile_k),), memory_registers=40,
+            in_specs=_in_specs(tiles, a_gmem.dtype, delay_release=1), wg_axis="warpgroup",
+            num_compute_wgs=tiles.compute_warpgroups, max_concurrent_steps=tiles.stages, compute_context=compute,
+        )(a_gmem.at[rows, :], b_gmem.at[:, cols])
+
+    pl.run_scoped(with_buffers,
+                  plgpu.SMEM((tiles.compute_warpgroups, 2, EPILOGUE_TILE, EPILOGUE_TILE), c_gmem.dtype,
+                             transforms=_layout(_swizzle(EPILOGUE_TILE, c_gmem.dtype), c_gmem.dtype)),
+                  collective_axes="warpgroup")
+    plgpu.wait_smem_to_gmem(0)
+
+
 @functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret"))
 def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
     """a [M, K] and b [K, N] already padded as the module says."""
     out_dtype = jnp.float32 if out == "float32" else a.dtype
-    grid = pl.cdiv(a.shape[0], tiles.tile_m) * pl.cdiv(b.shape[1], tiles.tile_n)
+    grid = (pl.cdiv(a.shape[0], tiles.tile_m) * pl.cdiv(b.shape[1], tiles.tile_n),)
+    if tiles.compute_warpgroups == 1:
+        body = functools.partial(_one_warpgroup_kernel, tiles=tiles)
+        threads = dict(scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype,
+                                                 transforms=_layout(_swizzle(tiles.tile_n, out_dtype), out_dtype))])
+    else:
+        body = functools.partial(_warp_specialised_kernel, tiles=tiles)
+        threads = dict(num_threads=tiles.compute_warpgroups + 1, thread_name="warpgroup")
     return plgpu.kernel(
-        functools.partial(_matmul_kernel, tiles=tiles),
-        out_type=jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype),
-        scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype,
-                                  transforms=_swizzled(tiles.tile_n, out_dtype))],
-        grid=(grid,), grid_names=("tile",),
+        body, out_type=jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype), grid=grid, grid_names=("tile",),
         # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=_interpret_params() if interpret else None,
-        kernel_name="batch_invariant_matmul",
+        interpret=_interpret_params() if interpret else None, kernel_name="batch_invariant_matmul", **threads,
     )(a, b)
 
 
@@ -122,10 +196,13 @@ def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_ti
     """(M, N, K) as the kernel gets them: whole tiles for an interpreter that cannot read past the array, else the
     least padding the swizzled layouts allow."""
     if whole_tiles:
-        return tuple(-(-size // tile) * tile for size, tile in ((m, tiles.tile_m), (n, tiles.tile_n), (k, tiles.tile_k)))
-    n_multiple = max(_swizzle_width(tiles.tile_n, jnp.bfloat16),
-                     _swizzle_width(tiles.tile_n, jnp.float32 if out == "float32" else jnp.bfloat16))
-    return (m if m < 8 else -(-m // 8) * 8), -(-n // n_multiple) * n_multiple, -(-k // tiles.tile_k) * tiles.tile_k
+        return tuple(-(-size // tile) * tile
+                     for size, tile in ((m, tiles.tile_m), (n, tiles.tile_n), (k, tiles.tile_k)))
+    out_dtype = jnp.float32 if out == "float32" else jnp.bfloat16
+    out_width = tiles.tile_n if tiles.compute_warpgroups == 1 else EPILOGUE_TILE
+    in_elements = _swizzle(tiles.tile_n, jnp.bfloat16) // 2
+    n_multiple = max(in_elements, _swizzle(out_width, out_dtype) // jnp.dtype(out_dtype).itemsize)
+    return (m if m < 8 else -(-m // 8) * 8), -(-n // n_multiple) * n_multiple, -(-k // in_elements) * in_elements
 
 
 def matmul(data):
@@ -136,7 +213,7 @@ def matmul(data):
     validate(data)
     a, b, out = data
     (m, k), n = a.shape, b.shape[1]
-    tiles = mosaic_tiling(m, n)
+    tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not _INTERPRETER_READS_PAST_THE_ARRAY)
     # padded outside the jitted function, so that it compiles once per padded shape, not once per M

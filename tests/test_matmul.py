@@ -175,16 +175,32 @@ def test_pallas_port_lowers_for_cuda(m):
     assert "triton" in lowered.as_text()
 
 
+@pytest.mark.parametrize("m, n, out, tiles", [
+    (1, 4096, "same", (64, 64, 1)), (128, 4096, "same", (64, 64, 1)), (16, 14336, "float32", (64, 64, 1)),
+    (128, 14336, "float32", (64, 128, 1)), (512, 4096, "same", (128, 128, 1)), (1024, 4096, "same", (128, 256, 2)), (1024, 4096, "float32", (128, 256, 2))])
+def test_mosaic_gpu_tiling(m, n, out, tiles):
+    from mosaic_gpu_kernels.matmul import mosaic_tiling
+    chosen = mosaic_tiling(m, n, out)
+    assert (chosen.tile_m, chosen.tile_n, chosen.compute_warpgroups) == tiles
+    # the stages fit the H200's shared memory (227 KiB a CTA): operand buffers and the epilogue's
+    stage_bytes = (chosen.tile_m + chosen.tile_n) * chosen.tile_k * 2
+    epilogue_bytes = (chosen.tile_m * chosen.tile_n if chosen.compute_warpgroups == 1
+                      else chosen.compute_warpgroups * 2 * 64 * 64) * (4 if out == "float32" else 2)
+    assert chosen.stages >= 3 and chosen.stages * stage_bytes + epilogue_bytes <= 227 * 1024
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernel itself")
 @pytest.mark.parametrize("m, n, k, out", [(1, 4096, 4096, "same"), (128, 4096, 4096, "float32"),
-                                          (16, 14336, 4096, "same"), (256, 4096, 4096, "float32"),
-                                          (33, 100, 130, "same"), (1000, 1, 255, "float32")])
+                                          (16, 14336, 4096, "same"), (512, 4096, 4096, "float32"),
+                                          (1024, 4096, 4096, "same"), (1024, 4096, 4096, "float32"),
+                                          (33, 100, 130, "same"), (1000, 1, 255, "float32"),
+                                          (4096, 1000, 300, "same")])
 def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     # The interpreter does not check what the lowering does (layout inference, the swizzled layouts' tiling of the
     # arrays): lowering for CUDA needs no GPU, and each tiling and padding is lowered here as the GPU would get it.
     jax = pytest.importorskip("jax")
     from mosaic_gpu_kernels.matmul import _matmul, mosaic_tiling, padded_shape
-    tiles = mosaic_tiling(m, n)
+    tiles = mosaic_tiling(m, n, out)
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False)
     a = jax.ShapeDtypeStruct((pm, pk), jax.numpy.bfloat16)
     b = jax.ShapeDtypeStruct((pk, pn), jax.numpy.bfloat16)
