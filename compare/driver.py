@@ -20,12 +20,14 @@ that raises, returns NaN or the wrong shape is recorded as failed while the run 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -85,13 +87,58 @@ def device_info():
 
 
 def versions():
+    """The frameworks' versions, the CUDA builds they carry where there is a GPU, and the NVIDIA driver's."""
+    import importlib.metadata
+
     found = {"python": platform.python_version()}
     for module in ("torch", "triton", "jax", "jaxlib", "numpy"):
         try:
             found[module] = __import__(module).__version__
         except Exception:  # noqa: BLE001 - a missing framework is reported, not fatal
             found[module] = None
+    for distribution in ("jax-cuda13-plugin", "jax-cuda12-plugin"):
+        try:
+            found[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    import torch
+
+    if torch.cuda.is_available():
+        found["torch_cuda"] = torch.version.cuda
+        found["nvidia_driver"] = _command_output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
     return found
+
+
+def _command_output(*command: str, cwd: str | None = None) -> str | None:
+    """A command's first line of output, or None when it cannot run or fails."""
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+
+
+def provenance(impls: Sequence[Implementation]) -> dict:
+    """What made the run: the git commit and whether tracked files differed from it (where the project is a git
+    checkout; elsewhere the commit the environment's CROSSPORT_COMMIT names, and dirty unknown), and each
+    implementation's source file (relative to the project, variants included) with its SHA-256."""
+    commit = _command_output("git", "rev-parse", "HEAD", cwd=PROJECT_ROOT)
+    if commit:
+        dirty = _command_output("git", "status", "--porcelain", "--untracked-files=no", cwd=PROJECT_ROOT) != ""
+        record = {"commit": commit, "dirty": dirty, "commit_from": "git"}
+    else:
+        record = {"commit": os.environ.get("CROSSPORT_COMMIT"), "dirty": None, "commit_from": "CROSSPORT_COMMIT"}
+    sources = {}
+    for impl in impls:
+        path = impl.source_path()
+        if path and os.path.isfile(path):
+            absolute = os.path.abspath(path)
+            shown = absolute[len(PROJECT_ROOT):] if absolute.startswith(PROJECT_ROOT) else os.path.basename(path)
+            sources[impl.name] = {"file": shown, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+        else:
+            sources[impl.name] = {"file": None, "sha256": None}
+    record["sources"] = sources
+    return record
 
 
 class Synchroniser:
@@ -325,7 +372,8 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     device = "cuda" if on_gpu else "cpu"
     impls = [workload.implementation(name) for name in impl_names]
     recorder = Recorder(json_path, {
-        "workload": workload.name, **info, "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "workload": workload.name, **info, "versions": versions(), "provenance": provenance(impls),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "settings": vars(settings),
         "implementations": [{"name": impl.name, "framework": impl.framework, "backend": impl.backend,
                              "label": impl.label} for impl in impls],

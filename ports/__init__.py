@@ -112,6 +112,17 @@ class Implementation:
         """A port of the workload to a kernel language (not a library baseline)."""
         return self.backend != "library"
 
+    def source_path(self) -> str | None:
+        """The file that holds the implementation's function, found without importing it (None if not found)."""
+        module_name = self.target.rsplit(":", 1)[0]
+        if module_name.endswith(".py"):
+            return module_name
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except ImportError:
+            return None
+        return spec.origin if spec else None
+
     def load(self) -> Callable:
         module_name, function_name = self.target.rsplit(":", 1)
         if module_name.endswith(".py"):

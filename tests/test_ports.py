@@ -4,15 +4,18 @@ A fake workload (y = 2 x) with ports that double exactly, one that doubles by an
 the rounding agrees), one that needs what no machine has, and a library baseline: the driver must skip the port it
 cannot run with the reason, compare every pair of passing ports, and know none of them by name.
 """
+import hashlib
 import importlib.metadata
 import json
+import pathlib
+import subprocess
 
 import pytest
 import torch
 
 import ports
 from compare.__main__ import main as compare_main
-from compare.driver import Settings, run
+from compare.driver import Settings, run, with_variants
 from ports import Check, Implementation, Needs, Workload
 
 
@@ -104,3 +107,20 @@ def test_every_registered_implementation_declares_a_known_backend():
     for name in ports.WORKLOAD_MODULES:
         for impl in ports.get_workload(name).implementations:
             assert impl.backend in ports.BACKENDS and impl.ported == (impl.backend != "library")
+
+
+def test_a_run_records_its_commit_and_the_hash_of_every_source(tmp_path):
+    variant = tmp_path / "twice_again.py"
+    variant.write_text("def twice(x):\n    return x + x\n")
+    registered = with_variants(workload(), [f"again=first:{variant}"])
+    record = run(registered, ["first", "library", "again"], ["smoke"], None, Settings(timed=False),
+                 progress=lambda message: None)
+    made = record["provenance"]
+    root = pathlib.Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout, as in CI
+        assert made["commit"] == head.stdout.strip() and isinstance(made["dirty"], bool)
+    this_file = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()
+    assert made["sources"]["first"] == {"file": "tests/test_ports.py", "sha256": this_file}
+    assert made["sources"]["again"] == {"file": "twice_again.py",
+                                        "sha256": hashlib.sha256(variant.read_bytes()).hexdigest()}
