@@ -5,19 +5,37 @@ Without one: the `smoke` cases through the Triton interpreter and Pallas interpr
 Workloads with properties (matmul: batch invariance, determinism) check them for every
 implementation; the exit code is 1 when a check fails or a ported kernel misses a property
 (a library baseline missing one is reported as a finding, not an error), 2 for unknown names.
+`--against SAVED.json` compares the run with a saved one and exits 1 on a regression.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
 
+def workloads_help() -> str:
+    """Each workload with the first line of its module's docstring, read without importing it."""
+    import ast
+    import importlib.util
+
+    from ports import WORKLOAD_MODULES
+
+    lines = ["workloads:"]
+    for name, module in WORKLOAD_MODULES.items():
+        source = Path(importlib.util.find_spec(module).origin).read_text()
+        summary = (ast.get_docstring(ast.parse(source)) or "").strip().splitlines()
+        lines.append(f"  {name:8} {summary[0] if summary else ''}")
+    lines.append("`python -m compare --list` lists every workload's implementations and case sets.")
+    return "\n".join(lines)
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m compare", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m compare", description=__doc__, epilog=workloads_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workload", help="workload name, e.g. trimul")
+    parser.add_argument("workload", nargs="?", help="workload name, e.g. trimul (listed below)")
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation(s) to run, comma-separated or repeated (default: all)")
     parser.add_argument("--cases", action="append", default=None,
@@ -43,7 +61,13 @@ def parse_args(argv):
                         help="also run FILE's copy of implementation IMPL's module as NAME, e.g. "
                              "fast=triton:eigh_fast.py (IMPL's function, from FILE): an A/B of a kernel change "
                              "in the same run, by the same method; repeatable")
-    parser.add_argument("--list", action="store_true", help="list implementations and case sets, then exit")
+    parser.add_argument("--against", type=Path, metavar="SAVED.json",
+                        help="compare the run with a saved one of the same workload (e.g. results/h200/matmul.json):"
+                             " newly failing, output bits changed, slower beyond noise (more than 10%% and 3 IQR), "
+                             "faster; exit 1 on a regression")
+    parser.add_argument("--list", action="store_true",
+                        help="list the workload's implementations and case sets (every workload's without one), "
+                             "then exit")
     return parser.parse_args(argv)
 
 
@@ -60,8 +84,14 @@ def main(argv=None) -> int:
 
     from ports import WORKLOAD_MODULES, get_workload
 
+    if args.workload is None and args.list:
+        for name in WORKLOAD_MODULES:
+            print(f"{name}:")
+            list_workload(get_workload(name), indent="  ")
+        return 0
     if args.workload not in WORKLOAD_MODULES:
-        print(f"unknown workload {args.workload!r}; valid: {', '.join(WORKLOAD_MODULES)}", file=sys.stderr)
+        what = "name a workload" if args.workload is None else f"unknown workload {args.workload!r}"
+        print(f"{what}; valid: {', '.join(WORKLOAD_MODULES)}", file=sys.stderr)
         return 2
     from compare.driver import Settings, run, select_cases, with_unnamed_variants, with_variants
 
@@ -73,10 +103,7 @@ def main(argv=None) -> int:
         return 2
     valid_impls = [impl.name for impl in workload.implementations]
     if args.list:
-        for impl in workload.implementations:
-            print(f"{impl.name:15} {impl.framework:6} {impl.backend:18} {impl.label}")
-        for name, cases in workload.cases.items():
-            print(f"cases {name}: {len(cases)}")
+        list_workload(workload)
         return 0
     impls = with_unnamed_variants(_split(args.impl) or valid_impls, workload, registered)
     unknown = [name for name in impls if name not in valid_impls]
@@ -98,6 +125,15 @@ def main(argv=None) -> int:
         print("--pool must be at least 2, --iters at least 1 and --max-seconds positive", file=sys.stderr)
         return 2
 
+    saved = None
+    if args.against:
+        from compare.regression import load_saved
+
+        try:
+            saved = load_saved(args.against, workload.name)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 2
     from compare.report import plot, print_table
 
     if not on_gpu:
@@ -114,7 +150,25 @@ def main(argv=None) -> int:
     if args.json:
         print(f"results written to {args.json}", file=sys.stderr)
     ports_hold = all(p["passed"] is not False for p in record.get("properties", []) if p["backend"] != "library")
-    return 0 if ports_hold and all(r["status"] in ("pass", "skipped") for r in record["results"]) else 1
+    status = 0 if ports_hold and all(r["status"] in ("pass", "skipped") for r in record["results"]) else 1
+    if saved is not None:
+        from compare.regression import compare_runs, report
+
+        changes = compare_runs(saved, record, {impl.name for impl in workload.implementations if not impl.ported})
+        print(report(changes, saved, record, args.against))
+        if args.json:  # the comparison joins the run's record
+            record["against"] = {"saved": str(args.against), "changes": changes}
+            args.json.write_text(json.dumps(record, indent=1, default=float))
+        if any(change["regression"] for change in changes):
+            status = 1
+    return status
+
+
+def list_workload(workload, indent=""):
+    for impl in workload.implementations:
+        print(f"{indent}{impl.name:15} {impl.framework:6} {impl.backend:18} {impl.label}")
+    for name, cases in workload.cases.items():
+        print(f"{indent}cases {name}: {len(cases)}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Sequence
 
 from compare.kernel_times import profiled_calls, wait_for
-from ports import Implementation, Workload, first_difference, get_workload, to_framework, to_torch
+from ports import (Implementation, Workload, first_difference, get_workload, output_digest, to_framework,
+                   to_torch)
 
 # Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
 CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
@@ -190,7 +191,8 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         result["first_call_s"] = time.perf_counter() - start
         first = to_torch(first)
         verdict = workload.check(pool[0], first, references[0])
-        result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors)
+        result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors,
+                      output_sha256=output_digest(first))  # the first input set is seeded: compared by --against
         if not verdict.passed or not settings.timed:
             return result, first
         sync.wait(function(to_framework(impl.framework, pool[1 % len(pool)])))  # warm-up on another set

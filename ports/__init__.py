@@ -286,3 +286,15 @@ def first_difference(x, y):
         return None
     index = tuple(int(i) for i in unequal.nonzero()[0])
     return {"where": index, "max_abs_diff": float((x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max())}
+
+
+def output_digest(output) -> str:
+    """SHA-256 of an output's bits, shapes and dtypes (a tensor, or a tuple or list of them): equal digests on the
+    same seeded input mean the same bits."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for tensor in output if isinstance(output, (tuple, list)) else (output,):
+        digest.update(f"{tuple(tensor.shape)} {tensor.dtype};".encode())
+        digest.update(bit_view(tensor.detach()).cpu().numpy().tobytes())
+    return digest.hexdigest()

@@ -595,9 +595,9 @@ WORKLOAD = Workload(
         Implementation("pallas", "jax", "pallas-triton",
                        "Pallas port: on-chip Jacobi (n <= 64), tridiagonalisation above", "pallas_kernels.eigh:eigh"),
         Implementation("torch", "torch", "library", "torch.linalg.eigh (cuSOLVER)", "ports.eigh:eigh_torch"),
-        Implementation("jax", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),
+        Implementation("jax_xla", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),
     ),
-    baseline="jax",
+    baseline="jax_xla",
     vary=vary,
     comparable=lambda output: output[1],
 )

@@ -100,7 +100,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("impl, bad, message", [
     # the Triton port's symmetrize kernel counts NaN and Inf: test_first_kernel_counts_and_zeroes_entries_...
     pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > spec.JACOBI_MAX_N
-                 and "symmetric" not in message else ()) for impl in ("torch", "jax", "triton", "pallas")
+                 and "symmetric" not in message else ()) for impl in ("torch", "jax_xla", "triton", "pallas")
     for bad, message in BAD_INPUTS])
 def test_bad_input_is_named(impl, bad, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -109,7 +109,7 @@ def test_bad_input_is_named(impl, bad, message):
 
 def test_jax_baseline_returns_torch_tuple_that_passes():
     a = spec.make_inputs(SMOKE[-1], 4, DEVICE)
-    out = ports.custom_kernel("eigh", "jax")(a)
+    out = ports.custom_kernel("eigh", "jax_xla")(a)
     assert isinstance(out, tuple) and all(isinstance(t, torch.Tensor) for t in out)
     assert spec.check(a, out, spec.reference(a)).passed
 

@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import pathlib
 import subprocess
+import time
 
 import pytest
 import torch
@@ -27,6 +28,11 @@ def twice_by_thirds(x):
     return (x / 3 + x / 3 + x / 3) * 2  # not the same bits as 2 x for every x
 
 
+def twice_slowly(x):
+    time.sleep(0.02)
+    return 2 * x
+
+
 def workload(*extra):
     cases = [dict(n=n, seed=n) for n in (3, 100)]
     return Workload(
@@ -35,6 +41,7 @@ def workload(*extra):
         reference=lambda x: 2 * x.double(), case_name=lambda case: f"n{case['n']}",
         check=lambda x, out, expected: Check(bool(torch.allclose(out.double(), expected, atol=1e-5))),
         cost=lambda case: (case["n"], 8 * case["n"]), baseline="library",
+        vary=lambda x, expected, generator: (x.flip(0), expected.flip(0)),
         implementations=(Implementation("first", "torch", "triton", "exact", "tests.test_ports:twice"),
                          Implementation("second", "torch", "gluon", "exact too", "tests.test_ports:twice"),
                          Implementation("thirds", "torch", "pallas-mosaic-gpu", "by thirds",
@@ -124,3 +131,36 @@ def test_a_run_records_its_commit_and_the_hash_of_every_source(tmp_path):
     assert made["sources"]["first"] == {"file": "tests/test_ports.py", "sha256": this_file}
     assert made["sources"]["again"] == {"file": "twice_again.py",
                                         "sha256": hashlib.sha256(variant.read_bytes()).hexdigest()}
+
+
+def test_against_a_saved_run_catches_a_planted_slowdown_and_a_bit_change(tmp_path, monkeypatch, capsys):
+    """Saved: "first" and "second" double exactly. Then "first" sleeps 20 ms a call (the same bits) and "second"
+    doubles by thirds (other bits): --against must report both as regressions and exit 1; an unchanged rerun
+    reports nothing and exits 0."""
+    import dataclasses
+
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    saved, rerun = tmp_path / "saved.json", tmp_path / "rerun.json"
+    timed = ["--impl", "first,second", "--time", "--iters", "5", "--pool", "2", "--max-seconds", "0.5"]
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload())
+    assert compare_main(["double", *timed, "--json", str(saved)]) == 0
+    assert compare_main(["double", "--impl", "first,second", "--against", str(saved)]) == 0
+    assert "nothing moved" in capsys.readouterr().out
+
+    planted = {"first": "tests.test_ports:twice_slowly", "second": "tests.test_ports:twice_by_thirds"}
+    changed = dataclasses.replace(workload(), implementations=tuple(
+        dataclasses.replace(impl, target=planted.get(impl.name, impl.target)) for impl in workload().implementations))
+    monkeypatch.setattr(ports, "get_workload", lambda name: changed)
+    assert compare_main(["double", *timed, "--against", str(saved), "--json", str(rerun)]) == 1
+    changes = json.loads(rerun.read_text())["against"]["changes"]
+    regressions = {(c["impl"], c["change"]) for c in changes if c["regression"]}
+    assert ("first", "slower") in regressions and ("second", "bits changed") in regressions
+    assert ("first", "bits changed") not in regressions  # sleeping changed no bits
+    assert "REGRESSION" in capsys.readouterr().out
+
+
+def test_against_refuses_another_workloads_run(tmp_path, capsys):
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"workload": "eigh", "results": []}))
+    assert compare_main(["matmul", "--impl", "torch", "--cases", "smoke:0", "--against", str(saved)]) == 2
+    assert "a run of 'eigh', not of 'matmul'" in capsys.readouterr().err

@@ -60,7 +60,7 @@ def test_triton_and_pallas_agree(case):
     assert float((triton_out.double() - pallas_out.double()).abs().max()) <= 1e-3 * float(scale)
 
 
-@pytest.mark.parametrize("impl", ["torch_fp32", "jax_xla"])
+@pytest.mark.parametrize("impl", ["torch", "jax_xla"])
 def test_library_baselines_match_reference(impl):
     case = SMOKE[1]
     data = fresh_inputs(case)
@@ -117,7 +117,7 @@ def _mutations():
     }
 
 
-@pytest.mark.parametrize("impl", ["triton", "pallas", "torch_fp32"])
+@pytest.mark.parametrize("impl", ["triton", "pallas", "torch"])
 @pytest.mark.parametrize("mutation", list(_mutations()))
 def test_bad_input_names_the_argument(impl, mutation):
     change, message = _mutations()[mutation]
@@ -186,18 +186,18 @@ def test_driver_never_times_a_call_on_seen_data(tmp_path):
 
 def test_driver_reports_cached_result_as_failing_not_fast(tmp_path):
     settings = Settings(pool=3, min_iters=4, max_iters=4, min_seconds=0.0, timed=True)
-    record = run(planted_workload("cached"), ["cached", "torch_fp32"], ["smoke"], tmp_path / "r.json",
+    record = run(planted_workload("cached"), ["cached", "torch"], ["smoke"], tmp_path / "r.json",
                  settings, progress=lambda message: None)
     status = {r["impl"]: r for r in record["results"]}
     assert status["cached"]["status"] == "fail"
     assert "timed outputs wrong" in status["cached"]["reason"]
     assert "geomean_ms" not in record["summary"]["smoke"]["cached"]
-    assert status["torch_fp32"]["status"] == "pass" and status["torch_fp32"]["timed_checks"] == "4/4 passed"
+    assert status["torch"]["status"] == "pass" and status["torch"]["timed_checks"] == "4/4 passed"
 
 
 def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
     settings = Settings(pool=2, min_iters=40, max_iters=40, min_seconds=0.0, max_seconds=1e-9, timed=True)
-    record = run(planted_workload(), ["torch_fp32"], ["smoke:0"], tmp_path / "r.json", settings,
+    record = run(planted_workload(), ["torch"], ["smoke:0"], tmp_path / "r.json", settings,
                  progress=lambda message: None)
     result = record["results"][0]
     assert result["status"] == "pass" and result["runs"] == 3 and result["timed_checks"] == "3/3 passed"
@@ -205,20 +205,20 @@ def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
 
 def test_driver_isolates_failures_and_keeps_results(tmp_path):
     path = tmp_path / "r.json"
-    record = run(planted_workload("raising", "nan", "wrong_shape"), ["raising", "nan", "wrong_shape", "torch_fp32"],
+    record = run(planted_workload("raising", "nan", "wrong_shape"), ["raising", "nan", "wrong_shape", "torch"],
                  ["smoke"], path, Settings(timed=False), progress=lambda message: None)
     status = {r["impl"]: r for r in record["results"]}
     assert status["raising"]["status"] == "error" and "planted failure" in status["raising"]["reason"]
     assert 'File "tests/test_trimul.py"' in status["raising"]["traceback"]  # relative: no machine's directories
     assert status["nan"]["status"] == "fail" and "non-finite" in status["nan"]["reason"]
     assert status["wrong_shape"]["status"] == "fail" and "shape" in status["wrong_shape"]["reason"]
-    assert status["torch_fp32"]["status"] == "pass"
+    assert status["torch"]["status"] == "pass"
     assert len(json.loads(path.read_text())["results"]) == 4
 
 
 def test_driver_end_to_end(tmp_path, capsys):
     path, chart = tmp_path / "trimul.json", tmp_path / "trimul.png"
-    code = compare_main(["trimul", "--impl", "triton,pallas", "--impl", "torch_fp32", "--cases", "smoke",
+    code = compare_main(["trimul", "--impl", "triton,pallas", "--impl", "torch", "--cases", "smoke",
                          "--json", str(path), "--plot", str(chart), "--time", "--iters", "2", "--pool", "2"])
     assert code == 0
     record = json.loads(path.read_text())

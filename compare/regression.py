@@ -1,0 +1,103 @@
+"""A run against a saved one (`python -m compare WORKLOAD --against SAVED.json`): what moved.
+
+Per case and implementation found in both runs:
+- newly failing: passed in the saved run, not now (a regression);
+- bits changed: the output on the case's seeded first input has other bits than the saved run's (a regression for a
+  port; for a library baseline it is reported and is not one: cuBLAS and XLA promise no bits across versions);
+- slower: median time above the saved one by more than 10% and by more than 3 interquartile ranges (the larger of
+  the two runs'), a regression; faster by the same rule, reported;
+- newly passing, reported.
+Times are compared only when both runs used the same timer on the same device. What only one run has is listed,
+and is not a regression.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SLOWER_FRACTION = 0.10
+SLOWER_IQRS = 3.0
+
+
+def load_saved(path: Path, workload: str) -> dict:
+    """The saved run, or ValueError saying why it cannot be compared with a run of `workload`."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"--against {path}: cannot read a results JSON ({error})") from error
+    if not isinstance(saved, dict) or "results" not in saved:
+        raise ValueError(f"--against {path}: not a results JSON of the driver (no 'results')")
+    if saved.get("workload") != workload:
+        raise ValueError(f"--against {path}: a run of {saved.get('workload')!r}, not of {workload!r}")
+    return saved
+
+
+def beyond_noise(saved: dict, new: dict) -> str | None:
+    """'slower' or 'faster' when the medians differ by more than the rule allows, else None."""
+    if saved.get("median_ms") is None or new.get("median_ms") is None:
+        return None
+    before, after = saved["median_ms"], new["median_ms"]
+    noise = SLOWER_IQRS * max(saved.get("iqr_ms") or 0.0, new.get("iqr_ms") or 0.0)
+    if after > before * (1 + SLOWER_FRACTION) and after - before > noise:
+        return "slower"
+    if after < before * (1 - SLOWER_FRACTION) and before - after > noise:
+        return "faster"
+    return None
+
+
+def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
+    """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression"}.
+    `library`: the names of library baselines (their bit changes are not regressions)."""
+    def key(result):
+        return result["case_set"], result["case"], result["impl"]
+
+    before = {key(r): r for r in saved["results"]}
+    after = {key(r): r for r in new["results"]}
+    times_comparable = (saved.get("settings", {}).get("timer") == new.get("settings", {}).get("timer")
+                        and saved.get("device") == new.get("device"))
+    changes = []
+
+    def add(where, change, detail, regression):
+        changes.append({"case_set": where[0], "case": where[1], "impl": where[2], "change": change, "detail": detail,
+                        "regression": regression})
+
+    for where, now in after.items():
+        then = before.get(where)
+        if then is None:
+            add(where, "new", "not in the saved run", False)
+            continue
+        if then["status"] == "skipped" or now["status"] == "skipped":
+            continue
+        if then["status"] == "pass" and now["status"] != "pass":
+            add(where, "newly failing", now.get("reason", ""), True)
+        elif then["status"] != "pass" and now["status"] == "pass":
+            add(where, "newly passing", f"was {then['status']}: {then.get('reason', '')}", False)
+        if then.get("output_sha256") and now.get("output_sha256") and then["output_sha256"] != now["output_sha256"]:
+            add(where, "bits changed", "the output on the seeded first input differs from the saved run's",
+                where[2] not in library)
+        moved = beyond_noise(then, now) if times_comparable else None
+        if moved:
+            add(where, moved, f"{then['median_ms']:.4g} -> {now['median_ms']:.4g} ms (IQR {then.get('iqr_ms') or 0:.2g}"
+                f" / {now.get('iqr_ms') or 0:.2g})", moved == "slower")
+    for where in before.keys() - after.keys():
+        add(where, "not rerun", "in the saved run only", False)
+    return changes
+
+
+def report(changes: list[dict], saved: dict, new: dict, path) -> str:
+    """The changes as text, a line each, regressions first."""
+    lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
+             f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}):"]
+    if (saved.get("settings", {}).get("timer"), saved.get("device")) != (new.get("settings", {}).get("timer"),
+                                                                          new.get("device")):
+        lines.append("  times not compared: the saved run used another timer or device "
+                     f"({saved.get('settings', {}).get('timer')} on {saved.get('device')})")
+    if not changes:
+        lines.append("  nothing moved")
+    for change in sorted(changes, key=lambda c: (not c["regression"], c["case_set"], c["case"], c["impl"])):
+        mark = "REGRESSION" if change["regression"] else "moved"
+        lines.append(f"  {mark:10} {change['change']:13} {change['impl']:12} {change['case_set']}:{change['case']}"
+                     f"  {change['detail']}")
+    regressions = sum(c["regression"] for c in changes)
+    lines.append(f"  {regressions} regression(s), {len(changes) - regressions} other change(s)")
+    return "\n".join(lines)
