@@ -55,6 +55,9 @@ def parse_args(argv):
     parser.add_argument("--timer", choices=("host", "kernels"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
                              "(default); kernels: sum of the call's kernel times from the profiler (GPU only)")
+    parser.add_argument("--detail", action="store_true",
+                        help="the full table: error figures, IQR, runs, TFLOP/s, TB/s, first-call time, difference "
+                             "from the reference port (about 220 columns; the default fits 100)")
     parser.add_argument("--no-properties", action="store_true",
                         help="skip the workload's property sweeps (e.g. matmul batch invariance)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=IMPL:FILE",
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
                         max_seconds=args.max_seconds, timed=on_gpu or args.time, timer=args.timer,
                         timed_sets=("bench",) if on_gpu and not args.time else None)
     record = run(workload, impls, case_sets, args.json, settings, check_properties=not args.no_properties)
-    print_table(record)
+    print_table(record, detail=args.detail)
     if args.plot:
         plot(record, args.plot)
         print(f"chart written to {args.plot}", file=sys.stderr)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -19,38 +20,63 @@ def _number(value, digits=3) -> str:
     return f"{value:.{digits}f}"
 
 
-def print_table(record: dict, console: Console | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 220)
-    interpreted = record["mode"] != "gpu"
-    # each port against the case's reference port: the first port of the case's first pair (the driver pairs the
-    # passing ports in registration order)
+def _reference_pairs(record: dict):
+    """Each port against the case's reference port: the first port of the case's first pair (the driver pairs the
+    passing ports in registration order). Returns ({(set, case): reference port}, {(set, case, impl): pair})."""
     reference_port, against_reference = {}, {}
     for c in record["cross"]:
         key = (c["case_set"], c["case"])
         if reference_port.setdefault(key, c["pair"][0]) == c["pair"][0]:
             against_reference[(*key, c["pair"][1])] = c
+    return reference_port, against_reference
+
+
+def print_table(record: dict, console: Console | None = None, detail: bool = False) -> None:
+    """The results, the properties and the geometric means. Compact (within 100 columns: one table per case set,
+    times, speed-up, roofline and bitwise agreement) unless `detail`, which adds the error figures, IQR, runs,
+    TFLOP/s, TB/s, first-call time, the difference from the reference port and where properties first failed."""
+    console = console or Console(width=None if Console().is_terminal else (220 if detail else 100))
+    interpreted = record["mode"] != "gpu"
+    reference_port, against_reference = _reference_pairs(record)
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
-    table = Table(title=title, header_style="bold")
-    for column in ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
-                   "TFLOP/s", "TB/s", "% roofline", "speed-up", "first call s", "|vs ref port|", "bitwise"):
-        table.add_column(column, justify="left" if column in ("set", "case", "impl", "verdict", "error figures")
-                         else "right")
+    if detail:
+        columns = ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs", "TFLOP/s",
+                   "TB/s", "% roofline", "speed-up", "first call s", "|vs ref port|", "bitwise")
+    else:
+        columns = ("case", "impl", "verdict", "ms", "speed-up", "roofline %", "bits")
+    tables = {}
     for r in record["results"]:
-        errors = r.get("errors", {})
-        verdict = VERDICTS[r["status"]]
+        table_key = "all" if detail else r["case_set"]
+        if table_key not in tables:
+            tables[table_key] = Table(title=title if detail else f"{title}: {r['case_set']}", header_style="bold",
+                                      box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
+            for column in columns:
+                tables[table_key].add_column(column, justify="left" if column in (
+                    "set", "case", "impl", "verdict", "error figures") else "right",
+                    overflow="fold")  # a long case name breaks a line rather than losing its end
         pair = against_reference.get((r["case_set"], r["case"], r["impl"]), {})
         bitwise = ("ref" if reference_port.get((r["case_set"], r["case"])) == r["impl"]
                    else {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-"))
-        figures = " ".join(f"{name}={_number(value)}" for name, value in errors.items())
         passed = r["status"] == "pass"  # a failing result's time is in the JSON, not shown as a speed
-        table.add_row(r["case_set"], r["case"], r["impl"], verdict, figures or "-",
-                      _number(r.get("median_ms") if passed else None), _number(r.get("iqr_ms") if passed else None),
-                      str(r.get("runs", "-")), _number(r.get("tflops"), 1), _number(r.get("tbps"), 2),
-                      _number(r.get("roofline_pct"), 1), _number(r.get("speedup"), 2),
-                      _number(r.get("first_call_s"), 2), _number(pair.get("max_abs_diff")), bitwise)
-    console.print(table)
+        cells = {"set": r["case_set"], "case": r["case"], "impl": r["impl"], "verdict": VERDICTS[r["status"]],
+                 "error figures": " ".join(f"{name}={_number(value)}" for name, value in r.get("errors", {}).items())
+                 or "-",
+                 "median ms": _number(r.get("median_ms") if passed else None),
+                 "ms": _number(r.get("median_ms") if passed else None),
+                 "IQR ms": _number(r.get("iqr_ms") if passed else None), "runs": str(r.get("runs", "-")),
+                 "TFLOP/s": _number(r.get("tflops"), 1), "TB/s": _number(r.get("tbps"), 2),
+                 "% roofline": _number(r.get("roofline_pct"), 1), "roofline %": _number(r.get("roofline_pct"), 1),
+                 "speed-up": _number(r.get("speedup"), 2),
+                 "first call s": _number(r.get("first_call_s"), 2), "|vs ref port|": _number(pair.get("max_abs_diff")),
+                 "bitwise": bitwise, "bits": bitwise}
+        tables[table_key].add_row(*(cells[column] for column in columns))
+    for table in tables.values():
+        console.print(table)
+    if not detail:
+        console.print("ms: median time per call; speed-up: against the workload's baseline; bits: against the reference "
+                      "port (ref). Error figures, IQR, runs, TFLOP/s, first-call times: --detail, or --json.")
     failures = [r for r in record["results"] if r["status"] not in ("pass", "skipped")]
     for r in failures:
         console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
@@ -58,15 +84,24 @@ def print_table(record: dict, console: Console | None = None) -> None:
     for impl, reason in skipped.items():
         console.print(f"[yellow]skipped[/] {impl}: {reason}")
     if record.get("properties"):
-        properties = Table(title="properties" + (" (CPU interpreters)" if interpreted else ""), header_style="bold")
-        for column in ("impl", "property", "verdict", "checked", "first difference"):
+        properties = Table(title="properties" + (" (CPU interpreters)" if interpreted else ""), header_style="bold",
+                           box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
+        for column in ("impl", "property", "verdict", "checked") + (("first difference",) if detail else ()):
             properties.add_column(column)
+        library_failed = False
         for p in record["properties"]:
-            detail = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
-            properties.add_row(p["impl"], p["property"], VERDICTS[property_verdict(p["passed"]).lower()], p["checked"],
-                               detail)
+            verdict = VERDICTS[property_verdict(p["passed"]).lower()]
+            if p["passed"] is False and p["backend"] == "library":
+                verdict, library_failed = "[yellow]FAIL: finding[/]", True
+            detail_cell = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
+            properties.add_row(p["impl"], p["property"] if detail else p["property"].split(":")[0], verdict,
+                               p["checked"], *((detail_cell,) if detail else ()))
         console.print(properties)
-    summary = Table(title="geometric means per case set (over cases that all passed and were timed)")
+        if library_failed:
+            console.print("A library baseline that misses a property is a finding about that library, not an error "
+                          "of this run: the exit code counts the ports' properties only.")
+    summary = Table(title="geometric means per case set (over cases that all passed and were timed)",
+                    box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
     for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):
         summary.add_column(column)
     for case_set, impls in record.get("summary", {}).items():

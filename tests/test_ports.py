@@ -164,3 +164,18 @@ def test_against_refuses_another_workloads_run(tmp_path, capsys):
     saved.write_text(json.dumps({"workload": "eigh", "results": []}))
     assert compare_main(["matmul", "--impl", "torch", "--cases", "smoke:0", "--against", str(saved)]) == 2
     assert "a run of 'eigh', not of 'matmul'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("record_file", ["results/h200/matmul-kernel-times.json", "results/h200/eigh-test.json"])
+def test_the_table_fits_100_columns_and_cuts_nothing(record_file):
+    from rich.console import Console
+
+    from compare.report import print_table
+
+    record = json.loads((pathlib.Path(__file__).resolve().parents[1] / record_file).read_text())
+    console = Console(width=100, record=True, force_terminal=False)
+    print_table(record, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 100 and not any("…" in line for line in lines)
+    assert any("FAIL: finding" in line for line in lines) == any(
+        p["passed"] is False and p["backend"] == "library" for p in record.get("properties", []))

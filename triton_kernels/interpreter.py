@@ -1,5 +1,5 @@
 """The Triton interpreter (CPU runs only) made fit for the ports: reductions by our own combiners in whole arrays,
-and quiet about the lanes a kernel masks.
+the language patched once per kernel launch, and quiet about the lanes a kernel masks.
 
 Reductions. The interpreter reduces with NumPy when the combiner is one of Triton's (sum, max, min, argmin,
 argmax), but applies any other combiner, such as the eigh port's tuple sums (`_add_pairs`, ...), one element at a
@@ -8,6 +8,12 @@ a reduction's order unspecified (a combiner must be associative), and a GPU redu
 the combiner is applied to the two halves of the reduced axis, log2(n) calls of the port's own combine function on
 whole arrays: the same code runs, in a tree order, and a wrong combiner still gives a wrong answer.
 
+Patching once per launch. The interpreter swaps `triton.language`'s builtins for its own on every kernel launch
+and puts them back after it, but it also re-patches, without putting anything back, on every call of a
+`@triton.jit` helper from inside a kernel: the walk over the language's members (`inspect.getmembers`) took 50 of the
+215 s of one n = 70 eigh call and patched nothing new. Here a helper call whose language modules the launch already
+patched is skipped; anything else is patched as before.
+
 Masked lanes. A kernel computes every lane of a block and masks the result (`tl.where`, a masked store): a GPU
 divides by zero or overflows there silently, and the interpreter's NumPy arithmetic warns (RuntimeWarning: divide by
 zero, overflow). Those warnings, from the interpreter's module alone, are silenced; NaN and Inf that reach an output
@@ -15,6 +21,7 @@ are still caught by the workloads' checks.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import numpy as np
@@ -51,10 +58,37 @@ def _tree_reduce(self, input):
     return outputs
 
 
+def _patch_once_per_launch(patch_lang):
+    """`_patch_lang(fn)` that patches at a kernel launch and skips the helper calls inside it."""
+    import triton.language as tl
+
+    launches = []  # the language modules the launch in progress patched (ids)
+
+    def patch(fn):
+        modules = {id(value) for value in fn.__globals__.values() if inspect.ismodule(value) and value in (tl, tl.core)}
+        if launches and modules <= launches[-1]:
+            return None  # a helper inside the launch, whose patch covers it (the interpreter ignores the result)
+        scope = patch_lang(fn)
+        if launches:  # a helper that sees other modules: patched, as the interpreter does
+            return scope
+        launches.append(modules)
+        restore = scope.restore
+
+        def restore_and_end():
+            launches.pop()
+            restore()
+
+        scope.restore = restore_and_end
+        return scope
+
+    patch.once_per_launch = True
+    return patch
+
+
 def prepare_interpreter() -> None:
-    """Make the installed Triton interpreter reduce by our combiners pairwise (unchanged where it has no
-    `ReduceOps.generic_reduce`, i.e. another Triton than the one this was written against), and silence the
-    RuntimeWarnings of its arithmetic on masked lanes."""
+    """Make the installed Triton interpreter reduce by our combiners pairwise and patch the language once per
+    launch (each unchanged where the interpreter lacks what it replaces, i.e. another Triton than the one this was
+    written against), and silence the RuntimeWarnings of its arithmetic on masked lanes."""
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     try:
         from triton.runtime import interpreter
@@ -63,3 +97,6 @@ def prepare_interpreter() -> None:
     reduce_ops = getattr(interpreter, "ReduceOps", None)
     if reduce_ops is not None and hasattr(reduce_ops, "generic_reduce"):
         reduce_ops.generic_reduce = _tree_reduce
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    if patch_lang is not None and not getattr(patch_lang, "once_per_launch", False):
+        interpreter._patch_lang = _patch_once_per_launch(patch_lang)
