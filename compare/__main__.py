@@ -29,6 +29,8 @@ def workloads_help() -> str:
         summary = (ast.get_docstring(ast.parse(source)) or "").strip().splitlines()
         lines.append(f"  {name:8} {summary[0] if summary else ''}")
     lines.append("`python -m compare --list` lists every workload's implementations and case sets.")
+    lines.append("`python -m compare report` writes results/h200/REPORT.md and README.md's tables from the runs of "
+                 "record.")
     return "\n".join(lines)
 
 
@@ -78,8 +80,23 @@ def _split(values):
     return [v for value in values for v in value.split(",") if v] if values else None
 
 
+def report_main() -> int:
+    """`python -m compare report`: results/h200/REPORT.md and README.md's tables from the runs of record."""
+    from compare.report import write_report
+
+    for path in write_report(Path(__file__).resolve().parents[1]):
+        print(f"written: {path.name}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        if argv[1:]:
+            print("`python -m compare report` takes no arguments", file=sys.stderr)
+            return 2
+        return report_main()
+    args = parse_args(argv)
     from compare import gpu_or_interpreters
 
     on_gpu = gpu_or_interpreters()

@@ -177,7 +177,8 @@ def test_pallas_port_lowers_for_cuda(m):
 
 @pytest.mark.parametrize("m, n, out, tiles", [
     (1, 4096, "same", (64, 64, 1)), (128, 4096, "same", (64, 64, 1)), (16, 14336, "float32", (64, 64, 1)),
-    (128, 14336, "float32", (64, 128, 1)), (512, 4096, "same", (128, 128, 1)), (1024, 4096, "same", (128, 256, 2)), (1024, 4096, "float32", (128, 256, 2))])
+    (128, 14336, "float32", (64, 128, 1)), (512, 4096, "same", (128, 128, 1)), (1024, 4096, "same", (128, 256, 2)),
+    (1024, 4096, "float32", (128, 256, 2))])
 def test_mosaic_gpu_tiling(m, n, out, tiles):
     from mosaic_gpu_kernels.matmul import mosaic_tiling
     chosen = mosaic_tiling(m, n, out)

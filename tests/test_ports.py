@@ -86,7 +86,8 @@ def test_driver_skips_what_cannot_run_and_compares_every_pair_of_ports(tmp_path)
     assert set(statuses.values()) == {"pass", "skipped"}
     # the installed distribution's version (torch.__version__ may differ: 2.11.0+cu130 against 2.11.0 on the GPU)
     found = importlib.metadata.version("torch")
-    assert [r["reason"] for r in record["results"] if r["impl"] == "future"] == [f"needs torch >= 999, found {found}"] * 2
+    reasons = [r["reason"] for r in record["results"] if r["impl"] == "future"]
+    assert reasons == [f"needs torch >= 999, found {found}"] * 2
     pairs = {(c["case"], *c["pair"]): c["bitwise_equal"] for c in record["cross"]}
     # every pair of passing ports, the reference port (the first registered) first; no library, nothing skipped
     assert set(pairs) == {(case, a, b) for case in ("n3", "n100")
