@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, validate
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
 
 
 def _dot_nt(a, b):
@@ -198,4 +198,10 @@ def trimul(data):
     """
     validate(data)
     x, mask, weights, config = data
-    return _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    length = x.shape[1]
+    seq = padded_length(length)
+    if seq != length:  # zeros, with mask 0: see padded_length
+        x = jnp.pad(x, ((0, 0), (0, seq - length), (0, seq - length), (0, 0)))
+        mask = jnp.pad(mask, ((0, 0), (0, seq - length), (0, seq - length)))
+    out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    return out if seq == length else out[:, :length, :length]

@@ -289,10 +289,20 @@ def _largest_power_of_two_dividing(n: int, cap: int) -> int:
     return size
 
 
+SEQUENCE_MULTIPLE = 16  # the kernels' sequence length: the ports pad N up to a multiple of it
+
+
+def padded_length(seq: int) -> int:
+    """N as the kernels get it. The ports pad x and the mask with zeros up to it: a padded position k has mask 0, so
+    its left and right projections are 0 and add exactly nothing to any product; padded rows i and columns j of the
+    output are cut off. Real proteins come in any length."""
+    return -(-seq // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
+
+
 def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     """The ports' tiles for these sizes, or a ValueError naming the size the kernels cannot take."""
-    if seq % 16:
-        raise ValueError(f"the kernel ports need N (x.shape[1]) to be a multiple of 16, got {seq}")
+    if seq % SEQUENCE_MULTIPLE:
+        raise ValueError(f"the kernels need N padded to a multiple of {SEQUENCE_MULTIPLE} (padded_length), got {seq}")
     if dim % 32:
         raise ValueError(f"the kernel ports need dim (x.shape[3]) to be a multiple of 32, got {dim}")
     if hidden not in (16, 32, 64, 128):

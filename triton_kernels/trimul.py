@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, validate
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
 
 
 @triton.jit
@@ -148,8 +148,12 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """
     validate(data)
     x, mask, weights, config = data
-    batch, seq, _, dim = x.shape
+    batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]
+    seq = padded_length(length)
+    if seq != length:  # zeros, with mask 0: see padded_length
+        x = torch.nn.functional.pad(x, (0, 0, 0, seq - length, 0, seq - length))
+        mask = torch.nn.functional.pad(mask, (0, seq - length, 0, seq - length))
     tiles = kernel_tiling(batch, seq, dim, hidden)
     pairs = batch * seq * seq
     allocate = torch.full if poison else torch.empty
@@ -176,4 +180,5 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t, out,
         batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.rows,
         TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
-    return out.view(batch, seq, seq, dim)
+    out = out.view(batch, seq, seq, dim)
+    return out if seq == length else out[:, :length, :length].contiguous()
