@@ -54,9 +54,11 @@ def parse_args(argv):
     parser.add_argument("--time", action="store_true",
                         help="time every case set, not only bench; on CPU this times the interpreters "
                              "(meaningless as speed, but it exercises the timed path)")
-    parser.add_argument("--timer", choices=("host", "kernels"), default="host",
+    parser.add_argument("--timer", choices=("host", "kernels", "all"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
-                             "(default); kernels: sum of the call's kernel times from the profiler (GPU only)")
+                             "(default); kernels: sum of the call's kernel times from the profiler (GPU only); all: "
+                             "both, and the torch caller's view through DLPack (custom_kernel), each on every timed "
+                             "input, with the overhead above kernel time (GPU only)")
     parser.add_argument("--detail", action="store_true",
                         help="the full table: error figures, IQR, runs, TFLOP/s, TB/s, first-call time, difference "
                              "from the reference port (about 220 columns; the default fits 100)")
@@ -138,8 +140,8 @@ def main(argv=None) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    if args.timer == "kernels" and not on_gpu:
-        print("--timer kernels needs a CUDA GPU", file=sys.stderr)
+    if args.timer in ("kernels", "all") and not on_gpu:
+        print(f"--timer {args.timer} needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.pool < 2 or args.iters < 1 or args.max_seconds <= 0:
         print("--pool must be at least 2, --iters at least 1 and --max-seconds positive", file=sys.stderr)

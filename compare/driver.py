@@ -47,6 +47,11 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep  # left out of 
 
 
 BUDGET_RUNS = 3  # timed runs made whatever max_seconds says
+# What a call costs, timed three ways (Settings.timer "all" takes each in turn on every timed input):
+# "host": from the port's own framework, inputs already converted, host clock between device-wide synchronisations;
+# "kernels": the sum of the call's kernel times from the profiler; "from torch": the GPU MODE caller's view, torch
+# tensors in and out (for a JAX implementation, DLPack both ways inside the clock).
+TIMERS = ("host", "kernels", "from torch")
 
 
 @dataclass
@@ -57,7 +62,7 @@ class Settings:
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
     max_seconds: float = 60.0  # but stop after this long (checks included) once BUDGET_RUNS are done
     timed: bool = True
-    timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler
+    timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler; "all": see TIMERS
     timed_sets: tuple | None = None  # case sets to time when timed (None: all)
 
 
@@ -172,6 +177,27 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:500]
 
 
+def timed_call(how: str, function, framework: str, data, sync: Synchroniser):
+    """One call of `function` on torch inputs `data`, timed `how` (one of TIMERS), L2 flushed first.
+    Returns (the output as torch, seconds; None when the profiler saw no GPU kernel)."""
+    if how == "from torch":
+        sync.flush()
+        start = time.perf_counter()
+        native = function(to_framework(framework, data))
+        output = to_torch(native)
+        sync.wait(native)
+        return output, time.perf_counter() - start
+    inputs = to_framework(framework, data)
+    sync.flush()
+    if how == "kernels":
+        native, kernels = profiled_calls(function, inputs)
+        return to_torch(native), (sum(kernels.values()) / 1e3 if kernels else None)
+    start = time.perf_counter()
+    native = function(inputs)
+    sync.wait(native)
+    return to_torch(native), time.perf_counter() - start
+
+
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
     """One implementation on one case. Returns (result dict, first output as torch or None)."""
@@ -196,7 +222,9 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         if not verdict.passed or not settings.timed:
             return result, first
         sync.wait(function(to_framework(impl.framework, pool[1 % len(pool)])))  # warm-up on another set
-        times, failures = [], []
+        timers = TIMERS if settings.timer == "all" else (settings.timer,)
+        series, failures = {how: [] for how in timers}, []
+        times = series[timers[0]]  # the headline series: host clock, or the kernels under --timer kernels
         generator = torch.Generator().manual_seed(len(pool))
         begun = time.perf_counter()
         while True:
@@ -207,26 +235,28 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
                 break
             member = (len(times) + 2) % len(pool)
             data, expected = workload.vary(pool[member], references[member], generator)
-            inputs = to_framework(impl.framework, data)
-            sync.flush()
-            if settings.timer == "kernels":
-                output, kernels = profiled_calls(function, inputs)
-                times.append(sum(kernels.values()) / 1e3)
-                if not kernels:
+            for how in timers:
+                output, seconds = timed_call(how, function, impl.framework, data, sync)
+                series[how].append(seconds or 0.0)
+                if seconds is None:
                     failures.append(f"timed run {len(times)}: the call launched no GPU kernel")
-            else:
-                start = time.perf_counter()
-                output = function(inputs)
-                sync.wait(output)
-                times.append(time.perf_counter() - start)
-            timed_verdict = workload.check(data, to_torch(output), expected)
-            if not timed_verdict.passed:
-                failures.append(f"timed run {len(times)} (from input set {member}): {timed_verdict.reason}")
-            del output, inputs, data, expected
+                timed_verdict = workload.check(data, output, expected)
+                if not timed_verdict.passed:
+                    failures.append(f"timed run {len(times)} ({how}, from input set {member}): "
+                                    f"{timed_verdict.reason}")
+                del output
+            del data, expected
         quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
+        checked = len(times) * len(timers)
         result.update(times_ms=[t * 1e3 for t in times], median_ms=statistics.median(times) * 1e3,
                       iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(times),
-                      timed_checks=f"{len(times) - len(failures)}/{len(times)} passed")
+                      timed_checks=f"{checked - len(failures)}/{checked} passed")
+        if settings.timer == "all":
+            kernel_ms = statistics.median(series["kernels"]) * 1e3
+            from_torch_ms = statistics.median(series["from torch"]) * 1e3
+            result.update(kernel_times_ms=[t * 1e3 for t in series["kernels"]], kernel_ms=kernel_ms,
+                          from_torch_times_ms=[t * 1e3 for t in series["from torch"]], from_torch_ms=from_torch_ms,
+                          overhead_ms=result["median_ms"] - kernel_ms, bridge_ms=from_torch_ms - result["median_ms"])
         if failures:
             result.update(status="fail", reason=f"{len(failures)} timed outputs wrong; first: {failures[0]}")
         return result, first
@@ -379,8 +409,10 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         "settings": vars(settings),
         "implementations": [{"name": impl.name, "framework": impl.framework, "backend": impl.backend,
                              "label": impl.label} for impl in impls],
-        "timing": ("sum of kernel device times (torch.profiler), L2 flushed" if settings.timer == "kernels"
-                   else "host clock between device-wide synchronisations, L2 flushed"),
+        "timing": {"kernels": "sum of kernel device times (torch.profiler), L2 flushed",
+                   "host": "host clock between device-wide synchronisations, L2 flushed",
+                   "all": "host clock (median_ms), kernel times (kernel_ms) and the torch caller's host clock "
+                          "(from_torch_ms), each on every timed input, L2 flushed"}[settings.timer],
         "results": [], "cross": []})
     recorder.save()
     sync = Synchroniser(on_gpu)
@@ -458,6 +490,9 @@ def summarise(record: dict, baseline: str) -> dict:
         entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows)}
         if complete:
             entry["geomean_ms"] = math.exp(statistics.fmean(math.log(r["median_ms"]) for r in rows))
+            for key in ("kernel_ms", "from_torch_ms"):
+                if all(r.get(key) for r in rows):
+                    entry[f"geomean_{key}"] = math.exp(statistics.fmean(math.log(r[key]) for r in rows))
             entry["geomean_first_call_s"] = math.exp(statistics.fmean(math.log(r["first_call_s"]) for r in rows))
         summary.setdefault(case_set, {})[impl] = entry
     return summary

@@ -43,9 +43,13 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
+    costs = any(r.get("kernel_ms") is not None for r in record["results"])  # timed with --timer all
     if detail:
-        columns = ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs", "TFLOP/s",
+        columns = ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
+                   *(("kernel ms", "overhead ms", "from torch ms") if costs else ()), "TFLOP/s",
                    "TB/s", "% roofline", "speed-up", "first call s", "|vs ref port|", "bitwise")
+    elif costs:
+        columns = ("case", "impl", "verdict", "ms", "kernel ms", "overhead", "from torch", "bits")
     else:
         columns = ("case", "impl", "verdict", "ms", "speed-up", "roofline %", "bits")
     tables = {}
@@ -72,13 +76,20 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
                  "% roofline": _number(r.get("roofline_pct"), 1), "roofline %": _number(r.get("roofline_pct"), 1),
                  "speed-up": _number(r.get("speedup"), 2),
                  "first call s": _number(r.get("first_call_s"), 2), "|vs ref port|": _number(pair.get("max_abs_diff")),
-                 "bitwise": bitwise, "bits": bitwise}
+                 "bitwise": bitwise, "bits": bitwise,
+                 "kernel ms": _number(r.get("kernel_ms") if passed else None),
+                 "overhead ms": _number(r.get("overhead_ms") if passed else None),
+                 "overhead": _number(r.get("overhead_ms") if passed else None),
+                 "from torch ms": _number(r.get("from_torch_ms") if passed else None),
+                 "from torch": _number(r.get("from_torch_ms") if passed else None)}
         tables[table_key].add_row(*(cells[column] for column in columns))
     for table in tables.values():
         console.print(table)
     if not detail:
-        console.print("ms: median time per call; speed-up: against the workload's baseline; bits: against the "
-                      "reference port (ref). Error figures, IQR, runs, TFLOP/s, first-call times: --detail, or --json.")
+        console.print("ms: median time per call (host clock); " + (
+            "kernel ms: the profiler's sum of its kernels; overhead: ms minus kernel ms; from torch: the torch "
+            "caller's view (DLPack both ways for JAX); " if costs else "speed-up: against the workload's baseline; ")
+            + "bits: against the reference port (ref). Other figures: --detail, or --json.")
     failures = [r for r in record["results"] if r["status"] not in ("pass", "skipped")]
     for r in failures:
         console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
@@ -104,12 +115,14 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
                           "of this run: the exit code counts the ports' properties only.")
     summary = Table(title="geometric means per case set (over cases that all passed and were timed)",
                     box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
-    for column in ("set", "impl", "passed", "geomean ms", "geomean first call s"):
+    for column in ("set", "impl", "passed", "geomean ms", *(("kernel ms", "from torch ms") if costs else ()),
+                   "geomean first call s"):
         summary.add_column(column)
     for case_set, impls in record.get("summary", {}).items():
         for impl, entry in impls.items():
             summary.add_row(case_set, impl, f"{entry['passed']}/{entry['cases']}", _number(entry.get("geomean_ms")),
-                            _number(entry.get("geomean_first_call_s"), 2))
+                            *((_number(entry.get("geomean_kernel_ms")), _number(entry.get("geomean_from_torch_ms")))
+                              if costs else ()), _number(entry.get("geomean_first_call_s"), 2))
     console.print(summary)
 
 

@@ -180,3 +180,28 @@ def test_the_table_fits_100_columns_and_cuts_nothing(record_file):
     assert max(len(line) for line in lines) <= 100 and not any("…" in line for line in lines)
     assert any("FAIL: finding" in line for line in lines) == any(
         p["passed"] is False and p["backend"] == "library" for p in record.get("properties", []))
+
+
+def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monkeypatch):
+    """--timer all (GPU only; here the profiler is stood in for: every call's kernels take 1 us): each timed input is
+    timed three ways and each output checked; the overhead is the host time above the kernels."""
+    from rich.console import Console
+
+    import compare.driver as driver
+    from compare.report import print_table
+
+    monkeypatch.setattr(driver, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    registered = workload(Implementation("slow", "torch", "triton", "sleeps", "tests.test_ports:twice_slowly"))
+    record = run(registered, ["slow"], ["smoke"], None,
+                 Settings(timer="all", pool=2, min_iters=3, max_iters=3, min_seconds=0),
+                 progress=lambda message: None)
+    for result in record["results"]:
+        assert result["status"] == "pass" and result["timed_checks"] == "9/9 passed"
+        assert result["kernel_ms"] == pytest.approx(0.001) and len(result["kernel_times_ms"]) == 3
+        assert result["median_ms"] > 15 and result["overhead_ms"] == pytest.approx(result["median_ms"] - 0.001)
+        assert result["from_torch_ms"] > 15 and len(result["from_torch_times_ms"]) == 3
+    assert record["summary"]["smoke"]["slow"]["geomean_kernel_ms"] == pytest.approx(0.001)
+    console = Console(width=100, record=True, force_terminal=False)
+    print_table(record, console)
+    text = console.export_text()
+    assert "from torch" in text and "overhead" in text
