@@ -640,3 +640,19 @@ def test_triton_graph_replay_computes_every_call():
         a[1, 3, 3] = float("nan")
         with pytest.raises(ValueError, match="NaN or Inf"):
             triton_eigh.eigh(a)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="a CPU lowering probe; on a GPU the ports themselves run")
+def test_mosaic_gpu_probe_reports_what_lowers(capsys):
+    # the probe behind the findings on Mosaic GPU and eigh: a full reduction lowers in every jax here, a gather in
+    # none; each probe line names its way and semantics
+    pytest.importorskip("jax")
+    from compare.mosaic_gpu_probe import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    probes = out.split("\n")
+    total = probes.index("total: off-diagonal norm (convergence)")
+    assert probes[total + 1].split()[:3] == ["plain", "Warpgroup", "lowered"]
+    gather = next(n for n, line in enumerate(probes) if line.startswith("gather rows"))
+    assert all("lowered" not in line for line in probes[gather + 1:gather + 5])
