@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from rich import box
@@ -233,6 +234,37 @@ def properties_markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def per_implementation_markdown(record: dict, case_set: str = "bench") -> str:
+    """Per implementation over the case set: cases passed, the geometric means of its time and of its speed-up over
+    the workload's baseline, the median % of the roofline floor, and where the run timed them, the kernel time, the
+    overhead above it and the torch caller's time (`--timer all`)."""
+    names = _implementations(record)
+    rows = {name: [r for r in record["results"] if r["case_set"] == case_set and r["impl"] == name] for name in names}
+    costs = any(r.get("kernel_ms") is not None for results in rows.values() for r in results)
+    header = ["implementation", "passed", "geomean ms", "geomean speed-up", "median % roofline"]
+    header += ["geomean kernel ms", "median overhead ms", "geomean from torch ms"] if costs else []
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+
+    def geomean(values):
+        return math.exp(statistics.fmean(math.log(v) for v in values)) if values and all(values) else None
+
+    for name, results in rows.items():
+        passing = [r for r in results if r["status"] == "pass"]
+        complete = len(passing) == len(results) and results
+        speedups = [r.get("speedup") for r in passing]
+        roofline = [r["roofline_pct"] for r in passing if r.get("roofline_pct") is not None]
+        cells = [name, f"{len(passing)}/{len(results)}",
+                 _ms(geomean([r.get("median_ms") for r in passing]) if complete else None),
+                 f"{geomean(speedups):.2f}x" if complete and all(speedups) else "-",
+                 f"{statistics.median(roofline):.1f}" if roofline else "-"]
+        if costs:
+            cells += [_ms(geomean([r.get("kernel_ms") for r in passing]) if complete else None),
+                      _ms(statistics.median([r["overhead_ms"] for r in passing]) if complete else None),
+                      _ms(geomean([r.get("from_torch_ms") for r in passing]) if complete else None)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _provenance_line(record: dict, path: str) -> str:
     made = record.get("provenance") or {}
     versions = record.get("versions", {})
@@ -262,6 +294,14 @@ def readme_with_tables(text: str, root: Path) -> str:
     return text
 
 
+def _baseline(record: dict) -> str:
+    """The implementation whose speed-up is 1 on every case it passed (the workload's baseline in that run)."""
+    for r in record["results"]:
+        if r.get("speedup") == 1.0:
+            return r["impl"]
+    return "the baseline"
+
+
 def report_markdown(root: Path, charts: Path | None = None) -> str:
     """REPORT.md: per workload, its run of record's tables (time per case, pass counts, bitwise agreement between
     ports, properties) and chart; `charts` is the folder the charts are written to (None: no charts)."""
@@ -271,7 +311,8 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
     for workload, path in RUNS_OF_RECORD.items():
         record = json.loads((root / path).read_text())
         parts += [f"## {workload}", "", _provenance_line(record, path) + ".", "", "Median ms per call, bench cases:",
-                  "", markdown_table(record), "", "Bitwise agreement between the ports:", "",
+                  "", markdown_table(record), "", f"Per implementation (speed-up over `{_baseline(record)}`):", "",
+                  per_implementation_markdown(record), "", "Bitwise agreement between the ports:", "",
                   bitwise_markdown(record), ""]
         if record.get("properties"):
             parts += ["Properties (a library baseline's FAIL is a finding about it). Batch invariance compares the "
