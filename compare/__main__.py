@@ -10,7 +10,6 @@ implementation; the exit code is 1 when a check fails or a ported kernel misses 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -174,13 +173,14 @@ def main(argv=None) -> int:
     ports_hold = all(p["passed"] is not False for p in record.get("properties", []) if p["backend"] != "library")
     status = 0 if ports_hold and all(r["status"] in ("pass", "skipped") for r in record["results"]) else 1
     if saved is not None:
+        from compare.driver import Recorder
         from compare.regression import compare_runs, report
 
         changes = compare_runs(saved, record, {impl.name for impl in workload.implementations if not impl.ported})
         print(report(changes, saved, record, args.against))
         if args.json:  # the comparison joins the run's record
             record["against"] = {"saved": str(args.against), "changes": changes}
-            args.json.write_text(json.dumps(record, indent=1, default=float))
+            Recorder(args.json, record).save()
         if any(change["regression"] for change in changes):
             status = 1
     return status

@@ -180,22 +180,18 @@ def error_text(error: BaseException) -> str:
 def timed_call(how: str, function, framework: str, data, sync: Synchroniser):
     """One call of `function` on torch inputs `data`, timed `how` (one of TIMERS), L2 flushed first.
     Returns (the output as torch, seconds; None when the profiler saw no GPU kernel)."""
-    if how == "from torch":
-        sync.flush()
-        start = time.perf_counter()
-        native = function(to_framework(framework, data))
-        output = to_torch(native)
-        sync.wait(native)
-        return output, time.perf_counter() - start
-    inputs = to_framework(framework, data)
+    bridged = how == "from torch"  # the conversions both ways inside the clock
+    inputs = None if bridged else to_framework(framework, data)
     sync.flush()
     if how == "kernels":
         native, kernels = profiled_calls(function, inputs)
         return to_torch(native), (sum(kernels.values()) / 1e3 if kernels else None)
     start = time.perf_counter()
-    native = function(inputs)
+    native = function(to_framework(framework, data) if bridged else inputs)
+    output = to_torch(native) if bridged else None
     sync.wait(native)
-    return to_torch(native), time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return (output if bridged else to_torch(native)), seconds
 
 
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
@@ -472,6 +468,12 @@ def property_verdict(passed: bool | None) -> str:
     return {True: "pass", False: "FAIL", None: "skipped"}[passed]
 
 
+def geometric_mean(values) -> float | None:
+    """The geometric mean of positive values; None when there are none or one is missing or zero."""
+    values = list(values)
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values and all(values) else None
+
+
 def summarise(record: dict, baseline: str) -> dict:
     """Speed-ups of passing results against the passing baseline per case, and per implementation
     the geometric mean of median times over each case set where every case passed and was timed."""
@@ -489,10 +491,10 @@ def summarise(record: dict, baseline: str) -> dict:
         complete = all(r["status"] == "pass" and r.get("median_ms") for r in rows)
         entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows)}
         if complete:
-            entry["geomean_ms"] = math.exp(statistics.fmean(math.log(r["median_ms"]) for r in rows))
+            entry["geomean_ms"] = geometric_mean(r["median_ms"] for r in rows)
             for key in ("kernel_ms", "from_torch_ms"):
                 if all(r.get(key) for r in rows):
-                    entry[f"geomean_{key}"] = math.exp(statistics.fmean(math.log(r[key]) for r in rows))
-            entry["geomean_first_call_s"] = math.exp(statistics.fmean(math.log(r["first_call_s"]) for r in rows))
+                    entry[f"geomean_{key}"] = geometric_mean(r[key] for r in rows)
+            entry["geomean_first_call_s"] = geometric_mean(r["first_call_s"] for r in rows)
         summary.setdefault(case_set, {})[impl] = entry
     return summary

@@ -45,6 +45,12 @@ def beyond_noise(saved: dict, new: dict) -> str | None:
     return None
 
 
+def times_comparable(saved: dict, new: dict) -> bool:
+    """Whether the two runs' times can be compared: the same timer on the same device."""
+    return (saved.get("settings", {}).get("timer"), saved.get("device")) == (
+        new.get("settings", {}).get("timer"), new.get("device"))
+
+
 def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
     """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression"}.
     `library`: the names of library baselines (their bit changes are not regressions)."""
@@ -53,8 +59,6 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
 
     before = {key(r): r for r in saved["results"]}
     after = {key(r): r for r in new["results"]}
-    times_comparable = (saved.get("settings", {}).get("timer") == new.get("settings", {}).get("timer")
-                        and saved.get("device") == new.get("device"))
     changes = []
 
     def add(where, change, detail, regression):
@@ -75,7 +79,7 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
         if then.get("output_sha256") and now.get("output_sha256") and then["output_sha256"] != now["output_sha256"]:
             add(where, "bits changed", "the output on the seeded first input differs from the saved run's",
                 where[2] not in library)
-        moved = beyond_noise(then, now) if times_comparable else None
+        moved = beyond_noise(then, now) if times_comparable(saved, new) else None
         if moved:
             add(where, moved, f"{then['median_ms']:.4g} -> {now['median_ms']:.4g} ms (IQR {then.get('iqr_ms') or 0:.2g}"
                 f" / {now.get('iqr_ms') or 0:.2g})", moved == "slower")
@@ -88,8 +92,7 @@ def report(changes: list[dict], saved: dict, new: dict, path) -> str:
     """The changes as text, a line each, regressions first."""
     lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
              f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}):"]
-    if (saved.get("settings", {}).get("timer"), saved.get("device")) != (new.get("settings", {}).get("timer"),
-                                                                          new.get("device")):
+    if not times_comparable(saved, new):
         lines.append("  times not compared: the saved run used another timer or device "
                      f"({saved.get('settings', {}).get('timer')} on {saved.get('device')})")
     if not changes:

@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.driver import property_verdict
+from compare.driver import geometric_mean, property_verdict
 
 VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -21,6 +21,11 @@ def _number(value, digits=3) -> str:
     if abs(value) >= 1000 or (value != 0 and abs(value) < 10 ** -digits):
         return f"{value:.2e}"
     return f"{value:.{digits}f}"
+
+
+# the compact table's shorter headers, and the detail table's column each shows
+COMPACT_HEADERS = {"ms": "median ms", "roofline %": "% roofline", "bits": "bitwise", "overhead": "overhead ms",
+                   "from torch": "from torch ms"}
 
 
 def _reference_pairs(record: dict):
@@ -71,19 +76,16 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
                  "error figures": " ".join(f"{name}={_number(value)}" for name, value in r.get("errors", {}).items())
                  or "-",
                  "median ms": _number(r.get("median_ms") if passed else None),
-                 "ms": _number(r.get("median_ms") if passed else None),
                  "IQR ms": _number(r.get("iqr_ms") if passed else None), "runs": str(r.get("runs", "-")),
                  "TFLOP/s": _number(r.get("tflops"), 1), "TB/s": _number(r.get("tbps"), 2),
-                 "% roofline": _number(r.get("roofline_pct"), 1), "roofline %": _number(r.get("roofline_pct"), 1),
+                 "% roofline": _number(r.get("roofline_pct"), 1),
                  "speed-up": _number(r.get("speedup"), 2),
                  "first call s": _number(r.get("first_call_s"), 2), "|vs ref port|": _number(pair.get("max_abs_diff")),
-                 "bitwise": bitwise, "bits": bitwise,
+                 "bitwise": bitwise,
                  "kernel ms": _number(r.get("kernel_ms") if passed else None),
                  "overhead ms": _number(r.get("overhead_ms") if passed else None),
-                 "overhead": _number(r.get("overhead_ms") if passed else None),
-                 "from torch ms": _number(r.get("from_torch_ms") if passed else None),
-                 "from torch": _number(r.get("from_torch_ms") if passed else None)}
-        tables[table_key].add_row(*(cells[column] for column in columns))
+                 "from torch ms": _number(r.get("from_torch_ms") if passed else None)}
+        tables[table_key].add_row(*(cells[COMPACT_HEADERS.get(column, column)] for column in columns))
     for table in tables.values():
         console.print(table)
     if not detail:
@@ -245,22 +247,19 @@ def per_implementation_markdown(record: dict, case_set: str = "bench") -> str:
     header += ["geomean kernel ms", "median overhead ms", "geomean from torch ms"] if costs else []
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
 
-    def geomean(values):
-        return math.exp(statistics.fmean(math.log(v) for v in values)) if values and all(values) else None
-
     for name, results in rows.items():
         passing = [r for r in results if r["status"] == "pass"]
         complete = len(passing) == len(results) and results
         speedups = [r.get("speedup") for r in passing]
         roofline = [r["roofline_pct"] for r in passing if r.get("roofline_pct") is not None]
         cells = [name, f"{len(passing)}/{len(results)}",
-                 _ms(geomean([r.get("median_ms") for r in passing]) if complete else None),
-                 f"{geomean(speedups):.2f}x" if complete and all(speedups) else "-",
+                 _ms(geometric_mean([r.get("median_ms") for r in passing]) if complete else None),
+                 f"{geometric_mean(speedups):.2f}x" if complete and all(speedups) else "-",
                  f"{statistics.median(roofline):.1f}" if roofline else "-"]
         if costs:
-            cells += [_ms(geomean([r.get("kernel_ms") for r in passing]) if complete else None),
+            cells += [_ms(geometric_mean([r.get("kernel_ms") for r in passing]) if complete else None),
                       _ms(statistics.median([r["overhead_ms"] for r in passing]) if complete else None),
-                      _ms(geomean([r.get("from_torch_ms") for r in passing]) if complete else None)]
+                      _ms(geometric_mean([r.get("from_torch_ms") for r in passing]) if complete else None)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
