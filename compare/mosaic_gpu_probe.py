@@ -53,10 +53,10 @@ def probes():
 
     return {
         "row sums (axis 1)": ("Householder column norms, LayerNorm rows",
-                              lambda x: x * 0.0 + jnp.sum(x, axis=1)[:, None],
+                              lambda x: lax.broadcast_in_dim(jnp.sum(x, axis=1), x.shape, (0,)),
                               lambda x: np.broadcast_to(x.sum(1, keepdims=True), x.shape)),
         "column sums (axis 0)": ("the symmetric product's mirrored sums",
-                                 lambda x: x * 0.0 + jnp.sum(x, axis=0)[None, :],
+                                 lambda x: lax.broadcast_in_dim(jnp.sum(x, axis=0), x.shape, (1,)),
                                  lambda x: np.broadcast_to(x.sum(0, keepdims=True), x.shape)),
         "total": ("off-diagonal norm (convergence)", lambda x: x * 0.0 + jnp.sum(x),
                   lambda x: np.full(x.shape, x.sum())),

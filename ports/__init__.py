@@ -69,6 +69,7 @@ class Needs:
     # unless `gpu` is set too
     capability: tuple[int, int] | None = None
     versions: tuple[tuple[str, str], ...] = ()  # the least versions of packages, e.g. (("jax", "0.11"),)
+    interpreter_versions: tuple[tuple[str, str], ...] = ()  # the same, for the interpreter on a machine without GPU
 
     def missing(self) -> str | None:
         """Why the implementation cannot run on this machine, or None when it can."""
@@ -76,15 +77,23 @@ class Needs:
 
         import torch
 
-        for package, least in self.versions:
-            try:
-                found = importlib.metadata.version(package)
-            except importlib.metadata.PackageNotFoundError:
-                return f"needs {package} >= {least}, not installed"
-            if _version_tuple(found) < _version_tuple(least):
-                return f"needs {package} >= {least}, found {found}"
+        def too_old(versions, what: str) -> str | None:
+            for package, least in versions:
+                try:
+                    found = importlib.metadata.version(package)
+                except importlib.metadata.PackageNotFoundError:
+                    return f"needs {package} >= {least}{what}, not installed"
+                if _version_tuple(found) < _version_tuple(least):
+                    return f"needs {package} >= {least}{what}, found {found}"
+            return None
+
+        missing = too_old(self.versions, "")
+        if missing:
+            return missing
         if not torch.cuda.is_available():
-            return "needs a CUDA GPU (no interpreter runs it)" if self.gpu else None
+            if self.gpu:
+                return "needs a CUDA GPU (no interpreter runs it)"
+            return too_old(self.interpreter_versions, " for its interpreter without a GPU")
         if self.capability and torch.cuda.get_device_capability() < self.capability:
             major, minor = torch.cuda.get_device_capability()
             return f"needs compute capability {self.capability[0]}.{self.capability[1]}, found {major}.{minor}"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ports import Check, Implementation, Workload, allclose_check, dtype_name
+from ports import Check, Implementation, Needs, Workload, allclose_check, dtype_name
 
 LAYER_NORM_EPS = 1e-5
 TOLERANCE = 2e-2  # GPU MODE's rtol = atol
@@ -292,17 +292,15 @@ def _largest_power_of_two_dividing(n: int, cap: int) -> int:
 SEQUENCE_MULTIPLE = 16  # the kernels' sequence length: the ports pad N up to a multiple of it
 
 
-def padded_length(seq: int) -> int:
+def padded_length(seq: int, multiple: int = SEQUENCE_MULTIPLE) -> int:
     """N as the kernels get it. The ports pad x and the mask with zeros up to it: a padded position k has mask 0, so
     its left and right projections are 0 and add exactly nothing to any product; padded rows i and columns j of the
     output are cut off. Real proteins come in any length."""
-    return -(-seq // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
+    return -(-seq // multiple) * multiple
 
 
-def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
-    """The ports' tiles for these sizes, or a ValueError naming the size the kernels cannot take."""
-    if seq % SEQUENCE_MULTIPLE:
-        raise ValueError(f"the kernels need N padded to a multiple of {SEQUENCE_MULTIPLE} (padded_length), got {seq}")
+def check_kernel_sizes(batch: int, seq: int, dim: int, hidden: int) -> None:
+    """Raise a ValueError naming the size that no kernel port takes."""
     if dim % 32:
         raise ValueError(f"the kernel ports need dim (x.shape[3]) to be a multiple of 32, got {dim}")
     if hidden not in (16, 32, 64, 128):
@@ -310,6 +308,13 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     if batch * seq * seq * max(dim, 3 * hidden) >= 2**31:
         raise ValueError(f"the kernel ports index with 32-bit offsets: B*N*N*max(dim, 3*hidden) must be "
                          f"below 2**31, got B={batch} N={seq} dim={dim} hidden={hidden}")
+
+
+def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
+    """The ports' tiles for these sizes, or a ValueError naming the size the kernels cannot take."""
+    if seq % SEQUENCE_MULTIPLE:
+        raise ValueError(f"the kernels need N padded to a multiple of {SEQUENCE_MULTIPLE} (padded_length), got {seq}")
+    check_kernel_sizes(batch, seq, dim, hidden)
     contract = _largest_power_of_two_dividing(seq, 128)
     # LayerNorm rows: an ahead-of-time sm_90 compile spills at 128 rows (1.2 KB of stack per thread at
     # dim 384) and does not at 64 rows for dim 128 or 32 rows up to dim 768 (results/h200/NOTES.md)
@@ -331,6 +336,10 @@ WORKLOAD = Workload(
                        "triton_kernels.trimul:trimul"),
         Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering, fp16 tensor cores)",
                        "pallas_kernels.trimul:trimul"),
+        # jax 0.10's Mosaic GPU interpreter cannot take a transposed wgmma operand: there CI lowers it for CUDA
+        Implementation("mosaic_gpu", "jax", "pallas-mosaic-gpu",
+                       "Pallas port on Mosaic GPU (TMA, wgmma, fp16 tensor cores)", "mosaic_gpu_kernels.trimul:trimul",
+                       Needs(capability=(9, 0), interpreter_versions=(("jax", "0.11"),))),
         Implementation("torch", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
                        "ports.trimul:trimul_torch_fp32"),
         Implementation("torch_compile", "torch", "library", "torch.compile of the fp32 reference",

@@ -65,7 +65,11 @@ def test_needs_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert Needs(gpu=True).missing() == "needs a CUDA GPU (no interpreter runs it)"
     assert Needs(capability=(9, 0)).missing() is None  # an interpreter runs it
+    too_old = Needs(interpreter_versions=(("torch", "999"),))
+    assert too_old.missing().startswith("needs torch >= 999 for its interpreter without a GPU, found ")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert too_old.missing() is None  # a GPU runs it without the interpreter
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
     assert Needs(gpu=True, capability=(9, 0)).missing() == "needs compute capability 9.0, found 8.0"
     assert Needs(gpu=True, capability=(8, 0)).missing() is None

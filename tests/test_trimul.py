@@ -23,17 +23,18 @@ ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (runs GPU MODE's test cases)")
 SMOKE = spec.SMOKE_CASES
-PORTS = ("triton", "pallas")
+PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.backend != "library")
 
 
-def run_port(name, data):
-    if name == "triton":
-        from triton_kernels.trimul import trimul
-
-        return trimul(data, poison=True)  # every buffer starts as NaN: unwritten tiles show
-    from pallas_kernels.trimul import trimul  # interpret mode starts outputs as NaN
-
-    return to_torch(trimul(to_framework("jax", data)))
+def run_port(name, data, *, skip_what_cannot_run=True):
+    """The port's output as torch. Triton's buffers start as NaN (unwritten tiles show), as the interpreters'
+    fresh outputs do. A port this machine cannot run is skipped, with the registry's reason."""
+    impl = spec.WORKLOAD.implementation(name)
+    missing = impl.needs.missing()
+    if missing and skip_what_cannot_run:
+        pytest.skip(f"{name}: {missing}")
+    poison = dict(poison=True) if impl.backend == "triton" else {}
+    return to_torch(impl.load()(to_framework(impl.framework, data), **poison))
 
 
 def fresh_inputs(case, device=DEVICE):
@@ -53,11 +54,12 @@ def test_port_matches_float64_reference(port, case):
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
-def test_triton_and_pallas_agree(case):
+@pytest.mark.parametrize("port", PORTS[1:])
+def test_ports_agree_with_the_triton_port(port, case):
     data = fresh_inputs(case)
-    triton_out, pallas_out = (run_port(port, data) for port in PORTS)
+    other = run_port(port, data)
     scale = spec.reference(data).abs().max()
-    assert float((triton_out.double() - pallas_out.double()).abs().max()) <= 1e-3 * float(scale)
+    assert float((run_port("triton", data).double() - other.double()).abs().max()) <= 1e-3 * float(scale)
 
 
 @pytest.mark.parametrize("impl", ["torch", "jax_xla"])
@@ -117,7 +119,7 @@ def _mutations():
     }
 
 
-@pytest.mark.parametrize("impl", ["triton", "pallas", "torch"])
+@pytest.mark.parametrize("impl", PORTS + ("torch",))
 @pytest.mark.parametrize("mutation", list(_mutations()))
 def test_bad_input_names_the_argument(impl, mutation):
     change, message = _mutations()[mutation]
@@ -133,8 +135,8 @@ def test_bad_input_names_the_argument(impl, mutation):
                                              (dict(hiddendim=24), "hidden_dim in")])
 def test_sizes_the_kernels_cannot_tile_are_refused(port, change, message):
     case = dict(SMOKE[0], **change)
-    with pytest.raises(ValueError, match=message):
-        run_port(port, spec.make_inputs(case, 1, DEVICE))
+    with pytest.raises(ValueError, match=message):  # refused before any kernel runs
+        run_port(port, spec.make_inputs(case, 1, DEVICE), skip_what_cannot_run=False)
 
 
 # Sequence lengths that are no multiple of 16: the ports pad N with zeros (mask 0) and cut the output.
@@ -418,6 +420,28 @@ def test_pallas_port_lowers_for_cuda():
     lowered = _trimul.trace(x, mask, weights, hidden=config["hidden_dim"], interpret=False).lower(
         lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels themselves")
+@pytest.mark.parametrize("batch, seq, dim, hidden", [(1, 64, 32, 32), (2, 128, 128, 128), (1, 192, 768, 128)])
+def test_mosaic_gpu_port_lowers_for_cuda(batch, seq, dim, hidden):
+    # every kernel lowered to Mosaic GPU for sm_90: padded hidden, a 64-wide contraction tile, the largest dim
+    jax = pytest.importorskip("jax")
+    from mosaic_gpu_kernels.trimul import _trimul
+    shapes = {"norm.weight": (dim,), "norm.bias": (dim,), "to_out_norm.weight": (hidden,),
+              "to_out_norm.bias": (hidden,), "to_out.weight": (dim, hidden)}
+    shapes.update({f"{name}.weight": (hidden, dim) for name in spec.PROJECTIONS})
+    weights = {name: jax.ShapeDtypeStruct(shape, "float32") for name, shape in shapes.items()}
+    lowered = _trimul.trace(jax.ShapeDtypeStruct((batch, seq, seq, dim), "float32"),
+                            jax.ShapeDtypeStruct((batch, seq, seq), "float32"), weights, hidden=hidden,
+                            interpret=False).lower(lowering_platforms=("cuda",))
+    assert lowered.as_text().count("mosaic_gpu") >= 4
+
+
+def test_mosaic_gpu_port_names_its_largest_dim():
+    case = dict(SMOKE[0], dim=800)
+    with pytest.raises(ValueError, match="dim must be at most 768"):
+        run_port("mosaic_gpu", spec.make_inputs(case, 1, DEVICE), skip_what_cannot_run=False)
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
