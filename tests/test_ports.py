@@ -209,3 +209,17 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
     print_table(record, console)
     text = console.export_text()
     assert "from torch" in text and "overhead" in text
+
+
+def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
+    # on a CPU the figures are the CPU's; what is checked is that every piece runs and is reported
+    pytest.importorskip("jax")
+    from compare.call_cost import main
+
+    status = main(["--calls", "2", "--json", str(tmp_path / "cost.json")])
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "cost.json").read_text())["pieces"]
+    assert {"synchronise", "jax, between synchronisations", "dlpack torch to jax, 13 arrays"} <= {
+        row["piece"] for row in rows}
+    assert [row["piece"] for row in rows if row["us"] is None] == [] and status == 0
+    assert len(out.splitlines()) == len(rows) + 1
