@@ -489,7 +489,8 @@ def summarise(record: dict, baseline: str) -> dict:
     for (case_set, impl) in {(r["case_set"], r["impl"]) for r in record["results"]}:
         rows = [r for r in record["results"] if r["case_set"] == case_set and r["impl"] == impl]
         complete = all(r["status"] == "pass" and r.get("median_ms") for r in rows)
-        entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows)}
+        entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows),
+                 "skipped": sum(r["status"] == "skipped" for r in rows)}
         if complete:
             entry["geomean_ms"] = geometric_mean(r["median_ms"] for r in rows)
             for key in ("kernel_ms", "from_torch_ms"):

@@ -15,6 +15,13 @@ from compare.driver import geometric_mean, property_verdict
 VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
 
 
+def passed_text(entry: dict) -> str:
+    """"3/4" of a summary entry, or "skipped" where the machine could run none of its cases."""
+    if entry.get("skipped") == entry["cases"]:
+        return "skipped"
+    return f"{entry['passed']}/{entry['cases']}"
+
+
 def _number(value, digits=3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -123,7 +130,7 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
         summary.add_column(column)
     for case_set, impls in record.get("summary", {}).items():
         for impl, entry in impls.items():
-            summary.add_row(case_set, impl, f"{entry['passed']}/{entry['cases']}", _number(entry.get("geomean_ms")),
+            summary.add_row(case_set, impl, passed_text(entry), _number(entry.get("geomean_ms")),
                             *((_number(entry.get("geomean_kernel_ms")), _number(entry.get("geomean_from_torch_ms")))
                               if costs else ()), _number(entry.get("geomean_first_call_s"), 2))
     console.print(summary)
@@ -200,8 +207,7 @@ def markdown_table(record: dict, case_set: str = "bench") -> str:
     summary = record.get("summary", {}).get(case_set, {})
     lines.append("| **geometric mean** | | " + " | ".join(f"**{_ms(summary.get(n, {}).get('geomean_ms'))}**"
                                                       for n in names) + " |")
-    lines.append("| passed | | " + " | ".join(f"{summary[n]['passed']}/{summary[n]['cases']}" if n in summary
-                                               else "-" for n in names) + " |")
+    lines.append("| passed | | " + " | ".join(passed_text(summary[n]) if n in summary else "-" for n in names) + " |")
     return "\n".join(lines)
 
 

@@ -113,6 +113,8 @@ def test_cli_exits_0_when_only_skips_are_reported(tmp_path, monkeypatch, capsys)
     assert "skipped gpu_only: needs a CUDA GPU (no interpreter runs it)" in " ".join(out.split())
     record = json.loads((tmp_path / "d.json").read_text())
     assert {r["impl"]: r["backend"] for r in record["results"]} == {"first": "triton", "gpu_only": "gluon"}
+    summary_row = next(line for line in out.splitlines() if line.split()[:2] == ["smoke", "gpu_only"])
+    assert summary_row.split()[2] == "skipped"  # not "0/2 passed"
 
 
 def test_every_registered_implementation_declares_a_known_backend():
