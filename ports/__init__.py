@@ -9,7 +9,7 @@ exists needs neither Triton nor JAX. The driver, the report and the tests know n
 name: they take every port from the registry.
 
 Inputs are always made as torch tensors (the GPU MODE form). A JAX implementation gets
-them through DLPack, zero-copy on the GPU, before any timing starts.
+them through DLPack (to_framework), before any timing starts.
 """
 from __future__ import annotations
 
@@ -195,33 +195,91 @@ def get_workload(name: str) -> Workload:
     return importlib.import_module(WORKLOAD_MODULES[name]).WORKLOAD
 
 
-def to_framework(framework: str, inputs):
-    """Hand torch inputs to a framework: unchanged for torch, DLPack views for JAX.
+PACKED_TENSOR_BYTES = 1 << 20  # tensors up to this size cross to JAX together (see to_framework)
 
-    JAX runs with 64-bit types off, so 64-bit integer tensors (GPU MODE's 0/1 mask) are
-    narrowed to int32 on the torch side first; values are unchanged.
+
+def to_framework(framework: str, inputs):
+    """Hand torch inputs to a framework: unchanged for torch, through DLPack for JAX.
+
+    A DLPack import costs JAX about 0.1 ms of host time whatever the tensor's size (results/h200/NOTES.md), so the
+    tensors of up to PACKED_TENSOR_BYTES (TriMul's eleven weights) are copied into one buffer per dtype and device,
+    imported once and split by one jitted function; larger tensors are imported alone, as views with no copy.
+    JAX runs with 64-bit types off, so 64-bit integer tensors (GPU MODE's 0/1 mask) are narrowed to int32 on the
+    torch side first; values are unchanged.
     """
     if framework == "torch":
         return inputs
-    import jax
     import torch
 
-    def convert(value):
+    tensors = []
+
+    def collect(value):  # the inputs' structure, each tensor replaced by its place in `tensors`
         if isinstance(value, torch.Tensor):
-            if value.dtype == torch.int64:
-                value = value.to(torch.int32)
-            converted = jax.dlpack.from_dlpack(value.contiguous())
-            if str(converted.dtype) != str(value.dtype).replace("torch.", ""):
-                raise TypeError(f"a {value.dtype} tensor would reach JAX as {converted.dtype} "
-                                "(64-bit types need jax_enable_x64)")
-            return converted
+            tensors.append(value.to(torch.int32) if value.dtype == torch.int64 else value.contiguous())
+            return _TensorPlace(len(tensors) - 1)
         if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
+            return {k: collect(v) for k, v in value.items()}
         if isinstance(value, (tuple, list)):
-            return type(value)(convert(v) for v in value)
+            return type(value)(collect(v) for v in value)
         return value
 
-    return convert(inputs)
+    def fill(value):
+        if isinstance(value, _TensorPlace):
+            return converted[value.index]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(fill(v) for v in value)
+        return value
+
+    structure = collect(inputs)
+    converted = _import_to_jax(tensors)
+    return fill(structure)
+
+
+@dataclass(frozen=True)
+class _TensorPlace:
+    index: int
+
+
+def _import_to_jax(tensors: list) -> list:
+    """JAX arrays of the same values: the small tensors of each dtype and device packed into one import."""
+    import torch
+
+    converted = [None] * len(tensors)
+    groups = {}
+    for index, tensor in enumerate(tensors):
+        if tensor.numel() * tensor.element_size() <= PACKED_TENSOR_BYTES:
+            groups.setdefault((tensor.dtype, tensor.device), []).append(index)
+    for members in groups.values():
+        if len(members) > 1:
+            packed = _dlpack_import(torch.cat([tensors[index].reshape(-1) for index in members]))
+            layout = tuple((tensors[index].numel(), tuple(tensors[index].shape)) for index in members)
+            for index, part in zip(members, _unpacker()(packed, layout=layout)):
+                converted[index] = part
+    return [_dlpack_import(tensor) if array is None else array for array, tensor in zip(converted, tensors)]
+
+
+def _dlpack_import(tensor):
+    import jax
+
+    converted = jax.dlpack.from_dlpack(tensor)
+    if str(converted.dtype) != str(tensor.dtype).replace("torch.", ""):
+        raise TypeError(f"a {tensor.dtype} tensor would reach JAX as {converted.dtype} "
+                        "(64-bit types need jax_enable_x64)")
+    return converted
+
+
+@functools.cache
+def _unpacker():
+    """A jitted split of a packed buffer into arrays of the layout's (size, shape)s: one dispatch for them all."""
+    import jax
+
+    def unpack(packed, *, layout):
+        starts = itertools.accumulate((size for size, _ in layout), initial=0)
+        return tuple(packed[start:start + size].reshape(shape) for start, (size, shape) in zip(starts, layout))
+
+    return jax.jit(unpack, static_argnames="layout")
 
 
 def to_torch(output):

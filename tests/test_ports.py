@@ -225,3 +225,19 @@ def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
         row["piece"] for row in rows}
     assert [row["piece"] for row in rows if row["us"] is None] == [] and status == 0
     assert len(out.splitlines()) == len(rows) + 1
+
+
+def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure():
+    jax = pytest.importorskip("jax")
+    big = torch.randn(ports.PACKED_TENSOR_BYTES // 4 + 1)  # one element over: imported alone
+    inputs = (big, {"w": torch.randn(3, 5), "b": torch.arange(4), "s": torch.tensor(2.5)},
+              [torch.randn(2, 2).T, torch.ones(0)], {"hidden_dim": 7})
+    converted = ports.to_framework("jax", inputs)
+    assert list(converted[1]) == ["w", "b", "s"] and isinstance(converted[2], list) and converted[3] == {"hidden_dim": 7}
+    pairs = [(big, converted[0]), (inputs[1]["w"], converted[1]["w"]), (inputs[1]["s"], converted[1]["s"]),
+             (inputs[2][0], converted[2][0]), (inputs[2][1], converted[2][1])]
+    for tensor, array in pairs:
+        assert isinstance(array, jax.Array) and tuple(array.shape) == tuple(tensor.shape)
+        assert ports.dtype_name(array) == ports.dtype_name(tensor) and torch.equal(ports.to_torch(array), tensor)
+    assert ports.dtype_name(converted[1]["b"]) == "int32" and converted[1]["b"].tolist() == [0, 1, 2, 3]
+    assert converted[0].unsafe_buffer_pointer() == big.data_ptr()  # a large tensor crosses without a copy
