@@ -25,8 +25,10 @@ from pathlib import Path
 
 INPUT_ARRAYS = 13  # a TriMul call's arrays: x, mask and 11 weights
 
+
 def _median_us(samples) -> float:
     return statistics.median(samples) * 1e6
+
 
 def pieces(on_gpu: bool):
     """[(name, what it is, function of calls -> microseconds)], in the order printed."""
@@ -121,9 +123,9 @@ def pieces(on_gpu: bool):
          "'from torch' clock", between_synchronisations(lambda: to_torch(add_one(to_framework("jax", tensor))))),
     ] + ([("jnp zeros", "for scale: jnp.zeros(1) on the host", alone(lambda: jnp.zeros(1)))] if not on_gpu else [])
 
+
 def _pallas_add_ones(on_gpu: bool):
     """Two jitted one-element kernels adding one: Pallas on its Triton lowering, and on Mosaic GPU."""
-
     import jax
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -142,6 +144,7 @@ def _pallas_add_ones(on_gpu: bool):
                             interpret=None if on_gpu else _interpret_params())(wide)[:1]
 
     return jax.jit(triton_add), jax.jit(mosaic_add)
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare.call_cost", description=__doc__,
@@ -170,6 +173,7 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"device": device_info(), "versions": versions(), "calls": args.calls,
                                          "pieces": rows}, indent=1))
     return 1 if any(row["us"] is None for row in rows) else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
