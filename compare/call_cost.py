@@ -1,6 +1,7 @@
 """What a call costs besides its kernels: each piece of the driver's timed call, measured alone on a trivial kernel.
 
     python -m compare.call_cost [--calls 200] [--json FILE]
+    python -m compare.call_cost --port trimul:pallas --case bench:0 [--calls 20] [--json FILE]
 
 The driver's host clock starts after an L2 flush and a device-wide synchronisation and stops at the next
 synchronisation, so a port's "overhead" (host clock minus its kernels) holds the port's own host work and also the
@@ -11,6 +12,20 @@ can be read against them. Each figure is the median of --calls, in microseconds:
   the device keeps up (what a caller in a loop pays);
 - "between synchronisations": one call from an idle, synchronised device to the end of its work, as the driver
   clocks every timed call.
+
+With --port WORKLOAD:IMPL, one real port's call from torch is taken apart instead, on the case --case SET:INDEX
+(default bench:0, smoke:0 without a GPU), its inputs made once. Each piece is clocked as the driver clocks a call
+(L2 flush, synchronise, clock, the piece, wait for its outputs and synchronise, clock), the median of --calls:
+- "to_framework": the torch inputs converted to the port's framework (the identity for a torch port);
+- "call, converted once": the port's function on arrays converted once beforehand;
+- "host clock": the driver's own host clock (its timed_call), the inputs converted just before, outside the
+  clock; "host clock, fresh tensors": the same on clones of the torch inputs, fresh memory each call, as the
+  driver's timed inputs are (its `vary` makes new tensors for every timed call);
+- "to_torch": the port's output converted back to torch;
+- "from torch": the driver's "from torch" clock, custom_kernel's call (convert, call, convert back) inside it;
+  "from torch, fresh tensors": the same on clones.
+The driver's "bridge" is "from torch" less "host clock"; the pieces say what of it is the conversions and what the
+call itself (a slower call on freshly converted arrays shows as "host clock" above "call, converted once").
 Runs on a CPU too (no flush; the Pallas kernels in their interpreters), where the figures are the CPU's own and say
 nothing of a GPU's.
 """
@@ -18,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -28,6 +44,25 @@ INPUT_ARRAYS = 13  # a TriMul call's arrays: x, mask and 11 weights
 
 def _median_us(samples) -> float:
     return statistics.median(samples) * 1e6
+
+
+def between_synchronisations(call, on_gpu: bool, before=lambda: None):
+    """A measure (calls -> microseconds) of `call` clocked as the driver clocks a call: after a warm-up call, each
+    time `before()` (an L2 flush, say), a device-wide synchronisation, then the clock to the end of the call's work
+    (its JAX arrays ready, the device synchronised); the median."""
+    from compare.kernel_times import wait_for
+
+    def measure(calls):
+        wait_for(call(), on_gpu)
+        samples = []
+        for _ in range(calls):
+            before()
+            wait_for(None, on_gpu)  # synchronise
+            start = time.perf_counter()
+            wait_for(call(), on_gpu)
+            samples.append(time.perf_counter() - start)
+        return _median_us(samples)
+    return measure
 
 
 def pieces(on_gpu: bool):
@@ -60,19 +95,6 @@ def pieces(on_gpu: bool):
             return (time.perf_counter() - start) / calls * 1e6
         return measure
 
-    def between_synchronisations(call, before=lambda: None):
-        def measure(calls):
-            wait_for(call(), on_gpu)
-            samples = []
-            for _ in range(calls):
-                before()
-                synchronise()
-                start = time.perf_counter()
-                wait_for(call(), on_gpu)
-                samples.append(time.perf_counter() - start)
-            return _median_us(samples)
-        return measure
-
     def alone(call):
         def measure(calls):
             call()
@@ -98,18 +120,18 @@ def pieces(on_gpu: bool):
         ("L2 flush", "the driver's 256 MiB flush, then synchronise", alone(lambda: (flush.zero_(), synchronise()))),
         ("torch, back-to-back", "one-element add_ (a launch)", back_to_back(lambda: tensor.add_(1))),
         ("torch, between synchronisations", "the same, clocked as the driver clocks a call",
-         between_synchronisations(lambda: tensor.add_(1))),
+         between_synchronisations(lambda: tensor.add_(1), on_gpu)),
         ("torch, after a flush", "the same, after the L2 flush",
-         between_synchronisations(lambda: tensor.add_(1), before=lambda: flush.zero_())),
+         between_synchronisations(lambda: tensor.add_(1), on_gpu, before=lambda: flush.zero_())),
         ("jax, back-to-back", "jax.jit(v + 1): dispatch of one XLA kernel", back_to_back(lambda: add_one(native))),
         ("jax, between synchronisations", "the same, clocked as the driver clocks a call",
-         between_synchronisations(lambda: add_one(native))),
+         between_synchronisations(lambda: add_one(native), on_gpu)),
         (f"jax, {INPUT_ARRAYS} arrays, back-to-back", f"jax.jit taking {INPUT_ARRAYS} arrays (a TriMul call's)",
          back_to_back(lambda: first_plus_one(natives))),
         ("pallas-triton, back-to-back", "a Pallas kernel (Triton lowering) adding one",
          back_to_back(lambda: pallas_triton(native))),
         ("pallas-triton, between synchronisations", "the same, clocked as the driver clocks a call",
-         between_synchronisations(lambda: pallas_triton(native))),
+         between_synchronisations(lambda: pallas_triton(native), on_gpu)),
         ("mosaic-gpu, back-to-back", "a Pallas kernel on Mosaic GPU adding one",
          back_to_back(lambda: mosaic_gpu(native))),
         ("dlpack torch to jax, 1 array", "jax.dlpack.from_dlpack of a torch tensor",
@@ -120,8 +142,49 @@ def pieces(on_gpu: bool):
          alone(lambda: tensor.__dlpack__(stream=jax_stream))),
         ("dlpack jax to torch, 1 array", "torch.from_dlpack of a JAX array", alone(lambda: to_torch(native))),
         ("from torch, between synchronisations", "convert, jax.jit(v + 1), convert back, as the driver's "
-         "'from torch' clock", between_synchronisations(lambda: to_torch(add_one(to_framework("jax", tensor))))),
+         "'from torch' clock",
+         between_synchronisations(lambda: to_torch(add_one(to_framework("jax", tensor))), on_gpu)),
     ] + ([("jnp zeros", "for scale: jnp.zeros(1) on the host", alone(lambda: jnp.zeros(1)))] if not on_gpu else [])
+
+
+def port_pieces(workload, case: dict, impl, on_gpu: bool):
+    """[(name, what it is, function of calls -> microseconds)] of one port's call from torch on one case, taken
+    apart (see the module's help); the case's inputs are made, converted and called once here (the compile)."""
+    import torch
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    from compare.driver import Synchroniser, timed_call
+    from ports import to_framework, to_torch
+
+    sync = Synchroniser(on_gpu)
+    function, framework = impl.load(), impl.framework
+    data = workload.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")
+    converted = to_framework(framework, data)
+    output = function(converted)
+    sync.wait(output)
+
+    def fresh():  # the torch inputs cloned: new memory, as the driver's timed inputs are
+        return tree_map(lambda value: value.clone() if isinstance(value, torch.Tensor) else value, data)
+
+    def driver_clock(how, inputs=lambda: data):  # the driver's own timed_call, inputs made outside the clock
+        return lambda calls: _median_us([timed_call(how, function, framework, inputs(), sync)[1]
+                                         for _ in range(calls)])
+
+    return [
+        ("to_framework", "the torch inputs to the port's framework, its arrays waited for",
+         between_synchronisations(lambda: tree_leaves(to_framework(framework, data)), on_gpu, sync.flush)),
+        ("call, converted once", "the port's function on arrays converted once beforehand",
+         between_synchronisations(lambda: function(converted), on_gpu, sync.flush)),
+        ("host clock", "the same on arrays converted just before, outside the clock: the driver's host clock",
+         driver_clock("host")),
+        ("host clock, fresh tensors", "the same, the torch inputs cloned first (fresh memory, as the driver's)",
+         driver_clock("host", fresh)),
+        ("to_torch", "the port's output back to torch",
+         between_synchronisations(lambda: to_torch(output), on_gpu, sync.flush)),
+        ("from torch", "convert, call, convert back (custom_kernel): the driver's 'from torch' clock",
+         driver_clock("from torch")),
+        ("from torch, fresh tensors", "the same, the torch inputs cloned first", driver_clock("from torch", fresh)),
+    ]
 
 
 def _pallas_add_ones(on_gpu: bool):
@@ -149,20 +212,46 @@ def _pallas_add_ones(on_gpu: bool):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare.call_cost", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=200, help="calls a figure is the median of (default 200)")
+    parser.add_argument("--calls", type=int, help="calls a figure is the median of (default 200; 20 with --port)")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--port", metavar="WORKLOAD:IMPL", help="take this port's call from torch apart instead, "
+                        "on --case (e.g. trimul:pallas; `python -m compare --list` lists them)")
+    parser.add_argument("--case", metavar="SET:INDEX", help="with --port: the case (default bench:0; smoke:0 without "
+                        "a GPU)")
     args = parser.parse_args(argv)
-    if args.calls < 1:
+    calls = args.calls if args.calls is not None else 20 if args.port else 200
+    if calls < 1:
         parser.error("--calls must be at least 1")
+    if args.case and not args.port:
+        parser.error("--case goes with --port")
+    if args.port:  # JAX is told not to take the GPU's memory up front: torch holds the case's inputs
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from compare import gpu_or_interpreters
-    from compare.driver import device_info, error_text, versions
+    from compare.driver import device_info, error_text, one_case, versions
 
     on_gpu = gpu_or_interpreters()
+    about = {}
+    if args.port:
+        workload_name, _, impl_name = args.port.partition(":")
+        try:
+            workload, case = one_case(workload_name, args.case or ("bench:0" if on_gpu else "smoke:0"))
+            impl = workload.implementation(impl_name)
+        except (KeyError, ValueError) as error:
+            parser.error(error.args[0] if error.args else str(error))
+        missing = impl.needs.missing()
+        if missing:
+            print(f"{args.port} cannot run here: {missing}", file=sys.stderr)
+            return 1
+        about = {"port": args.port, "case": workload.case_name(case), "params": case}
+        print(f"{args.port} on {about['case']}, from torch, taken apart")
+        measured = port_pieces(workload, case, impl, on_gpu)
+    else:
+        measured = pieces(on_gpu)
     rows = []
     print(f"{'piece':42} {'us a call':>10}  what it is")
-    for name, what, measure in pieces(on_gpu):
+    for name, what, measure in measured:
         try:
-            figure = measure(args.calls)
+            figure = measure(calls)
             print(f"{name:42} {figure:10.1f}  {what}")
         except Exception as error:  # noqa: BLE001 - one piece's failure is reported; the others still run
             figure = None
@@ -170,7 +259,7 @@ def main(argv=None) -> int:
         rows.append({"piece": name, "what": what, "us": figure})
         sys.stdout.flush()
     if args.json:
-        args.json.write_text(json.dumps({"device": device_info(), "versions": versions(), "calls": args.calls,
+        args.json.write_text(json.dumps({"device": device_info(), "versions": versions(), "calls": calls, **about,
                                          "pieces": rows}, indent=1))
     return 1 if any(row["us"] is None for row in rows) else 0
 

@@ -227,6 +227,21 @@ def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
     assert len(out.splitlines()) == len(rows) + 1
 
 
+def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
+    # a real JAX port on a smoke case (the Pallas interpreter on a CPU): every piece runs, is positive and is saved
+    pytest.importorskip("jax")
+    from compare.call_cost import main
+
+    status = main(["--port", "trimul:pallas", "--case", "smoke:0", "--calls", "2", "--json", str(tmp_path / "p.json")])
+    saved = json.loads((tmp_path / "p.json").read_text())
+    figures = {row["piece"]: row["us"] for row in saved["pieces"]}
+    assert status == 0 and saved["port"] == "trimul:pallas" and saved["case"] == "n16-b1-d32-h32-normal-nomask"
+    assert {"to_framework", "call, converted once", "host clock", "host clock, fresh tensors", "to_torch",
+            "from torch", "from torch, fresh tensors"} == set(figures)
+    assert all(figure is not None and figure > 0 for figure in figures.values()), figures
+    assert len(capsys.readouterr().out.splitlines()) == len(figures) + 2
+
+
 def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure():
     jax = pytest.importorskip("jax")
     big = torch.randn(ports.PACKED_TENSOR_BYTES // 4 + 1)  # one element over: imported alone
