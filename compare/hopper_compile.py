@@ -55,6 +55,9 @@ def _argument_type(value) -> str:
         return "i32" if -2**31 <= value < 2**31 else "i64"
     if isinstance(value, float):
         return "fp32"
+    if type(value).__name__ == "TensorDescriptor":  # a Gluon kernel's TMA descriptor
+        block = ", ".join(map(str, value.block_shape))
+        return f"tensordesc<{TORCH_TYPES[str(value.base.dtype).removeprefix('torch.')]}[{block}],{value.layout!r}>"
     raise TypeError(f"no Triton type for a launch argument of type {type(value).__name__}")
 
 
@@ -109,13 +112,20 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    except ImportError:  # a Triton without Gluon
+        GluonASTSource = GluonJITFunction = None
+
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("the Triton interpreter is on (TRITON_INTERPRET): kernels would run, not compile")
     compiled: dict[tuple, CompiledKernel] = {}
     option_names = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
     def compile_instead(kernel, *args, grid, warmup, **kwargs):
-        options = {name: kwargs.pop(name) for name in option_names if name in kwargs}
+        options = {name: kwargs[name] for name in option_names if name in kwargs}
+        for name in options.keys() - set(kernel.arg_names):  # a Gluon kernel may take num_warps as a constexpr too
+            del kwargs[name]
         bound = {param.name: param.default for param in kernel.params if param.has_default}
         bound.update(zip(kernel.arg_names, args))
         bound.update(kwargs)
@@ -135,7 +145,8 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
         name = kernel.fn.__name__ + (f"[{','.join(flags)}]" if flags else "")
         entry = CompiledKernel(name, options.get("num_warps", 4), 0.0)
         try:
-            binary = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+            source = GluonASTSource if GluonJITFunction and isinstance(kernel, GluonJITFunction) else ASTSource
+            binary = triton.compile(source(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
                                     target=GPUTarget("cuda", 90, 32), options=options)
             entry.seconds = time.perf_counter() - start
             entry.shared_bytes = binary.metadata.shared
@@ -179,8 +190,8 @@ def compile_and_report(args) -> int:
     try:
         workload, case = one_case(args.workload, args.case, args.variant)
         impl = workload.implementation(args.impl)
-        if impl.backend != "triton":
-            raise ValueError(f"{args.impl} is written in {impl.backend}, not Triton")
+        if impl.backend not in ("triton", "gluon"):
+            raise ValueError(f"{args.impl} is written in {impl.backend}, not Triton or Gluon")
         kernels = compile_launches(impl.load(), workload.make_inputs(case, case["seed"], "cpu"), args.specialise)
     except (KeyError, ValueError, RuntimeError) as error:
         print(f"bad argument: {error}", file=sys.stderr)

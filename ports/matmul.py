@@ -241,6 +241,8 @@ WORKLOAD = Workload(
     implementations=(
         Implementation("triton", "torch", "triton", "Triton port: fixed K order, no split-K",
                        "triton_kernels.matmul:matmul"),
+        Implementation("gluon", "torch", "gluon", "Gluon port: TMA ring and wgmma, fixed K order, no split-K",
+                       "gluon_kernels.matmul:matmul", Needs(gpu=True, capability=(9, 0))),
         Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering): fixed K order, no split-K",
                        "pallas_kernels.matmul:matmul"),
         Implementation("mosaic_gpu", "jax", "pallas-mosaic-gpu",

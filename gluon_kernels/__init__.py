@@ -1,0 +1,18 @@
+"""Ports in Gluon, Triton's lower-level language: layouts, shared memory, TMA, mbarriers and wgmma made explicit.
+
+Gluon kernels run on a GPU only: Triton's interpreter does not run them (TRITON_INTERPRET is ignored by
+`gluon.jit`), so on a machine without a GPU they are compiled for sm_90 (`compare.hopper_compile`) and their
+numerics are checked on the H200.
+"""
+from triton.experimental import gluon  # noqa: F401  (the ports take these names from here)
+from triton.experimental.gluon import language as gl  # noqa: F401
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401
+
+# triton 3.9 renamed the TMA copies (the 3.6 names raise there); every other name the ports use is the same in both
+# (results/h200/experiments/gluon-api/README.md)
+if hasattr(tma, "async_load"):
+    tma_load, tma_store = tma.async_load, tma.async_store
+else:  # triton 3.6, the H200's
+    tma_load, tma_store = tma.async_copy_global_to_shared, tma.async_copy_shared_to_global

@@ -1,0 +1,119 @@
+"""Batch-invariant matmul in Gluon: the algorithm of triton_kernels/matmul.py, with Hopper's parts written out.
+
+Each program owns one tile of C and walks the whole of K in tile_k steps, in order: TMA brings the A and B tiles
+into swizzled shared memory through a ring of `stages` buffers, each guarded by an mbarrier, and wgmma accumulates
+A @ B into fp32 registers, one 16-deep tensor-core step after another, with one wgmma in flight while the next
+tiles load. No split-K, so every element of C is the same sequence of operations whatever M is. Programs run in
+grouped order (group_m row tiles share the B tiles they read through L2), as in the other ports. The epilogue
+rounds the accumulator to the output type in registers, stores it to shared memory (the stage buffers' space, free
+by then) and TMA writes it out. The tiles are the Triton port's (`ports.matmul.matmul_tiling`).
+
+Differences the language forces, against the Triton port:
+- No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
+  A TMA descriptor needs 16-byte aligned rows, so K and N are padded to a multiple of 8 where they are not (zero
+  columns and rows that add exactly nothing); at the benchmarked shapes nothing is padded. M is never padded.
+- M reaches the kernel only inside A's and C's descriptors, so no M is ever specialised by the compiler.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from gluon_kernels import TensorDescriptor, fence_async_shared, gl, gluon, mbarrier, tma, tma_load, tma_store
+from gluon_kernels import warpgroup_mma, warpgroup_mma_wait
+from ports.matmul import MatmulTiling, matmul_tiling, output_dtype, validate
+
+TMA_ALIGNMENT = 16  # bytes: a descriptor's base address and row pitch
+SHARED_MEMORY = 227 * 1024  # what one program may use on sm_90
+GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+@gluon.jit
+def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                   num_warps: gl.constexpr):
+    TILE_M: gl.constexpr = c_desc.block_type.shape[0]
+    TILE_N: gl.constexpr = c_desc.block_type.shape[1]
+    TILE_K: gl.constexpr = a_desc.block_type.shape[1]
+    pid = gl.program_id(0)
+    tiles_m = gl.cdiv(a_desc.shape[0], TILE_M)
+    tiles_n = gl.cdiv(b_desc.shape[1], TILE_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    row = (first_m + (pid % per_group) % group_rows) * TILE_M
+    col = ((pid % per_group) // group_rows) * TILE_N
+
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, TILE_M, TILE_K], a_desc.layout)
+    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, TILE_K, TILE_N], b_desc.layout)
+    loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for buffer in gl.static_range(STAGES):
+        mbarrier.init(loaded.index(buffer), count=1)
+    step_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    steps = gl.cdiv(K, TILE_K)
+    for buffer in gl.static_range(STAGES - 1):  # fill all but one buffer, for the first steps
+        mbarrier.expect(loaded.index(buffer), step_bytes, pred=buffer < steps)
+        tma_load(a_desc, [row, buffer * TILE_K], loaded.index(buffer), a_ring.index(buffer), pred=buffer < steps)
+        tma_load(b_desc, [buffer * TILE_K, col], loaded.index(buffer), b_ring.index(buffer), pred=buffer < steps)
+
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, TILE_N, 16])
+    acc = gl.zeros([TILE_M, TILE_N], gl.float32, layout)
+    for step in range(steps):
+        stage = step % STAGES
+        mbarrier.wait(loaded.index(stage), (step // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage), acc, is_async=True)
+        # at most this step's wgmma still runs: the step before has read its buffer, which now refills
+        acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
+        ahead = step + STAGES - 1
+        refill = ahead % STAGES
+        mbarrier.expect(loaded.index(refill), step_bytes, pred=ahead < steps)
+        tma_load(a_desc, [row, ahead * TILE_K], loaded.index(refill), a_ring.index(refill), pred=ahead < steps)
+        tma_load(b_desc, [ahead * TILE_K, col], loaded.index(refill), b_ring.index(refill), pred=ahead < steps)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    for buffer in gl.static_range(STAGES):
+        mbarrier.invalidate(loaded.index(buffer))
+
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [TILE_M, TILE_N], c_desc.layout)
+    c_smem.store(acc.to(c_desc.dtype))
+    fence_async_shared()
+    tma_store(c_desc, [row, col], c_smem)
+    tma.store_wait(0)
+
+
+def _descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    layout = gl.NVMMASharedLayout.get_default_for(block, GL_TYPES[tensor.dtype])
+    return TensorDescriptor.from_tensor(tensor, block, layout)
+
+
+def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    """The tensor zero-padded to `rows` x `columns`, contiguous, at a 16-byte aligned address."""
+    if tensor.shape != (rows, columns):
+        tensor = F.pad(tensor, (0, columns - tensor.shape[1], 0, rows - tensor.shape[0]))
+    tensor = tensor.contiguous()
+    return tensor if tensor.data_ptr() % TMA_ALIGNMENT == 0 else tensor.clone()
+
+
+def stages_that_fit(tiles: MatmulTiling, in_bytes: int) -> int:
+    """The tiling's stages, fewer where its buffers would not fit a program's shared memory."""
+    per_stage = (tiles.tile_m * tiles.tile_k + tiles.tile_k * tiles.tile_n) * in_bytes
+    return min(tiles.stages, SHARED_MEMORY // per_stage)
+
+
+def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
+    """C = a @ b for `(a, b, out)`: a [M, K], b [K, N] bf16 (or fp16) on a CUDA GPU; out "same" or "float32".
+
+    `tiles` overrides the tiling chosen for M (used to test which tilings keep the bits).
+    """
+    validate(data)
+    a, b, _ = data
+    (m, k), n = a.shape, b.shape[1]
+    tiles = tiles or matmul_tiling(m, n)
+    padded_k, padded_n = -(-k // 8) * 8, -(-n // 8) * 8  # 16-byte rows for 2-byte inputs and any output
+    a, b = _tma_ready(a, m, padded_k), _tma_ready(b, padded_k, padded_n)
+    c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
+    grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
+    _matmul_kernel[grid](_descriptor(a, [tiles.tile_m, tiles.tile_k]), _descriptor(b, [tiles.tile_k, tiles.tile_n]),
+                         _descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m,
+                         STAGES=stages_that_fit(tiles, a.element_size()), num_warps=tiles.warps)
+    return c if padded_n == n else c[:, :n]
