@@ -1,13 +1,13 @@
 """Batch-invariant matmul in Gluon: the algorithm of triton_kernels/matmul.py, with Hopper's parts written out.
 
 Each program owns one tile of C and walks the whole of K in tile_k steps, in order: TMA brings the A and B tiles
-into swizzled shared memory through a ring of buffers (as many as fit), each guarded by an mbarrier, and wgmma accumulates
-A @ B into fp32 registers, one 16-deep tensor-core step after another, with one wgmma in flight while the next
-tiles load. No split-K, so every element of C is the same sequence of operations whatever M is. Programs run in
-grouped order (group_m row tiles share the B tiles they read through L2), as in the other ports. The epilogue
+into swizzled shared memory through a ring of buffers (as many as fit), each guarded by an mbarrier, and wgmma
+accumulates A @ B into fp32 registers, one 16-deep tensor-core step after another, with one wgmma in flight while
+the next tiles load. No split-K, so every element of C is the same sequence of operations whatever M is. Programs
+run in grouped order (group_m row tiles share the B tiles they read through L2), as in the other ports. The epilogue
 rounds the accumulator to the output type in registers, stores it to shared memory (the stage buffers' space, free
-by then) and TMA writes it out. The tiles are the Triton port's (`ports.matmul.matmul_tiling`); the stages are
-more (`gluon_tiling`).
+by then) and TMA writes it out. The tiles are the Triton port's (`ports.matmul.matmul_tiling`); the stages are more
+(`gluon_tiling`).
 
 Differences the language forces, against the Triton port:
 - No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
