@@ -99,12 +99,14 @@ def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
 
 
 def gluon_tiling(m: int, n: int) -> MatmulTiling:
-    """The Triton port's tiles (`ports.matmul.matmul_tiling`), with as many stages as shared memory holds, up to
-    MAX_STAGES: without split-K, the bytes in flight per SM bound small-M latency, and at M = 512 four stages of
-    128 x 128 tiles took 28.6 us where the Triton port's three took 45.1 (results/h200/experiments/gluon-matmul)."""
+    """The Triton port's tiles (`ports.matmul.matmul_tiling`), with more stages (results/h200/experiments/
+    gluon-matmul): 64-row tiles as many as shared memory holds, up to 12 (without split-K, the bytes in flight per
+    SM bound small-M latency: 28.7 -> 20.8 us at M = 1); 128-row tiles 4 (at M = 512, 28.6 us against 45.1 with
+    the Triton port's 3 and 37.0 with 7; no change at M >= 1024)."""
     tiles = matmul_tiling(m, n)
     per_stage = (tiles.tile_m * tiles.tile_k + tiles.tile_k * tiles.tile_n) * 2
-    return dataclasses.replace(tiles, stages=min(MAX_STAGES, SHARED_MEMORY // per_stage))
+    wanted = MAX_STAGES if tiles.tile_m == 64 else 4
+    return dataclasses.replace(tiles, stages=min(wanted, SHARED_MEMORY // per_stage))
 
 
 def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
