@@ -125,15 +125,16 @@ def _command_output(*command: str, cwd: str | None = None) -> str | None:
 
 
 def provenance(impls: Sequence[Implementation]) -> dict:
-    """What made the run: the git commit and whether tracked files differed from it (where the project is a git
-    checkout; elsewhere the commit the environment's CROSSPORT_COMMIT names, and dirty unknown), and each
+    """What made the run: the commit the environment's CROSSPORT_COMMIT names, where set (a copy of a tree whose
+    git metadata is older than its files, as on a machine that gets the working tree copied, names its real
+    commit so; dirty unknown), else the git commit and whether tracked files differed from it, and each
     implementation's source file (relative to the project, variants included) with its SHA-256."""
     commit = _command_output("git", "rev-parse", "HEAD", cwd=PROJECT_ROOT)
-    if commit:
+    if os.environ.get("CROSSPORT_COMMIT") or not commit:
+        record = {"commit": os.environ.get("CROSSPORT_COMMIT"), "dirty": None, "commit_from": "CROSSPORT_COMMIT"}
+    else:
         dirty = _command_output("git", "status", "--porcelain", "--untracked-files=no", cwd=PROJECT_ROOT) != ""
         record = {"commit": commit, "dirty": dirty, "commit_from": "git"}
-    else:
-        record = {"commit": os.environ.get("CROSSPORT_COMMIT"), "dirty": None, "commit_from": "CROSSPORT_COMMIT"}
     sources = {}
     for impl in impls:
         path = impl.source_path()

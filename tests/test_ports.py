@@ -123,13 +123,20 @@ def test_every_registered_implementation_declares_a_known_backend():
             assert impl.backend in ports.BACKENDS and impl.ported == (impl.backend != "library")
 
 
-def test_a_run_records_its_commit_and_the_hash_of_every_source(tmp_path):
+def test_a_run_records_its_commit_and_the_hash_of_every_source(tmp_path, monkeypatch):
     variant = tmp_path / "twice_again.py"
     variant.write_text("def twice(x):\n    return x + x\n")
     registered = with_variants(workload(), [f"again=first:{variant}"])
-    record = run(registered, ["first", "library", "again"], ["smoke"], None, Settings(timed=False),
-                 progress=lambda message: None)
-    made = record["provenance"]
+
+    def provenance():
+        return run(registered, ["first", "library", "again"], ["smoke"], None, Settings(timed=False),
+                   progress=lambda message: None)["provenance"]
+
+    monkeypatch.setenv("CROSSPORT_COMMIT", "0123abc")  # named, it wins over git (a copied tree's stale metadata)
+    named = provenance()
+    assert named["commit"] == "0123abc" and named["commit_from"] == "CROSSPORT_COMMIT"
+    monkeypatch.delenv("CROSSPORT_COMMIT")
+    made = provenance()
     root = pathlib.Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
     if head.returncode == 0:  # a git checkout, as in CI
