@@ -140,11 +140,49 @@ def pieces(on_gpu: bool):
          alone(lambda: to_framework("jax", many))),
         ("  of which torch's __dlpack__", "the producer's part: the capsule, and the wait for torch's stream",
          alone(lambda: tensor.__dlpack__(stream=jax_stream))),
+        *_dlpack_import_pieces(tensor, native, alone),
         ("dlpack jax to torch, 1 array", "torch.from_dlpack of a JAX array", alone(lambda: to_torch(native))),
         ("from torch, between synchronisations", "convert, jax.jit(v + 1), convert back, as the driver's "
          "'from torch' clock",
          between_synchronisations(lambda: to_torch(add_one(to_framework("jax", tensor))), on_gpu)),
     ] + ([("jnp zeros", "for scale: jnp.zeros(1) on the host", alone(lambda: jnp.zeros(1)))] if not on_gpu else [])
+
+
+def _dlpack_import_pieces(tensor, native, alone) -> list:
+    """The rest of `jax.dlpack.from_dlpack`, piece by piece, as jax 0.10-0.11 write it (jax/_src/dlpack.py): the
+    backend, device and stream lookups, the buffer import of the producer's capsule (torch's `__dlpack__` again
+    included: a capsule is consumed by its import), and the dtype canonicalisation. Private JAX API: where this
+    JAX lacks it, no pieces (the whole import above stands)."""
+    import jax.numpy as jnp
+    from jax._src import xla_bridge
+
+    try:
+        from jax._src.lib import _jax, jaxlib_extension_version
+    except ImportError:
+        return []
+    device_type, device_id = tensor.__dlpack_device__()
+    platform = "cuda" if tensor.is_cuda else "cpu"
+
+    def lookups():
+        device = xla_bridge.get_backend(platform).device_from_local_hardware_id(device_id)
+        try:
+            return device, device.get_stream_for_external_ready_events()
+        except Exception:  # noqa: BLE001 - UNIMPLEMENTED on a CPU, as from_dlpack treats it
+            return device, None
+
+    device, stream = lookups()
+    extra = (int(device_type),) if jaxlib_extension_version >= 467 else ()
+
+    def buffer_import():
+        return _jax.dlpack_managed_tensor_to_buffer(tensor.__dlpack__(stream=stream), device, stream, None, *extra)
+
+    return [
+        ("  of which the lookups", "backend, device and the stream for the producer's events", alone(lookups)),
+        ("  of which __dlpack__ and the import", "the capsule made and turned into a JAX buffer",
+         alone(buffer_import)),
+        ("  of which jnp.asarray", "the dtype canonicalisation of the imported array",
+         alone(lambda: jnp.asarray(native, dtype=native.dtype))),
+    ]
 
 
 def port_pieces(workload, case: dict, impl, on_gpu: bool):
