@@ -34,11 +34,67 @@ GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float3
 
 
 @gluon.jit
+def _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step, steps, STAGES: gl.constexpr,
+               B_TRANSPOSED: gl.constexpr):
+    """Starts the TMA copies of the step-th K step's A and B tiles into their ring buffer (none past the last)."""
+    k = step * a_desc.block_type.shape[1]
+    buffer = step % STAGES
+    mbarrier.expect(loaded.index(buffer), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=step < steps)
+    tma_load(a_desc, [a_row, k], loaded.index(buffer), a_ring.index(buffer), pred=step < steps)
+    if B_TRANSPOSED:
+        tma_load(b_desc, [b_offset, k], loaded.index(buffer), b_ring.index(buffer), pred=step < steps)
+    else:
+        tma_load(b_desc, [k, b_offset], loaded.index(buffer), b_ring.index(buffer), pred=step < steps)
+
+
+@gluon.jit
+def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRANSPOSED: gl.constexpr):
+    """acc + A[a_row:, :K] @ B[:K, b_offset:] over the descriptors' tiles, K walked in order in 16-deep wgmma steps:
+    TMA fills a ring of STAGES buffers, each guarded by an mbarrier, one wgmma in flight while the next tiles load.
+    B_TRANSPOSED: b_desc holds B^T ([N, K], tiles [tile_n, tile_k] from row b_offset), read through a transposed
+    view of shared memory. The TriMul port's projections and contraction take it too."""
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, a_desc.block_type.shape[0], a_desc.block_type.shape[1]],
+                                       a_desc.layout)
+    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, b_desc.block_type.shape[0], b_desc.block_type.shape[1]],
+                                       b_desc.layout)
+    loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for buffer in gl.static_range(STAGES):
+        mbarrier.init(loaded.index(buffer), count=1)
+    steps = gl.cdiv(K, a_desc.block_type.shape[1])
+    for buffer in gl.static_range(STAGES - 1):  # fill all but one buffer, for the first steps
+        _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, buffer, steps, STAGES, B_TRANSPOSED)
+    for step in range(steps):
+        stage = step % STAGES
+        mbarrier.wait(loaded.index(stage), (step // STAGES) & 1)
+        if B_TRANSPOSED:
+            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
+        else:
+            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage), acc, is_async=True)
+        # at most this step's wgmma still runs: the step before has read its buffer, which now refills
+        acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
+        _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step + STAGES - 1, steps, STAGES,
+                   B_TRANSPOSED)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    for buffer in gl.static_range(STAGES):
+        mbarrier.invalidate(loaded.index(buffer))
+    return acc
+
+
+@gluon.jit
+def store_tile(value, c_desc, row, col):
+    """value, rounded to c_desc's type, into C at (row, col): through shared memory and a TMA store."""
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    c_smem.store(value.to(c_desc.dtype))
+    fence_async_shared()
+    tma_store(c_desc, [row, col], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                    num_warps: gl.constexpr):
     TILE_M: gl.constexpr = c_desc.block_type.shape[0]
     TILE_N: gl.constexpr = c_desc.block_type.shape[1]
-    TILE_K: gl.constexpr = a_desc.block_type.shape[1]
     pid = gl.program_id(0)
     tiles_m = gl.cdiv(a_desc.shape[0], TILE_M)
     tiles_n = gl.cdiv(b_desc.shape[1], TILE_N)
@@ -47,42 +103,10 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
     group_rows = min(tiles_m - first_m, GROUP_M)
     row = (first_m + (pid % per_group) % group_rows) * TILE_M
     col = ((pid % per_group) // group_rows) * TILE_N
-
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, TILE_M, TILE_K], a_desc.layout)
-    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, TILE_K, TILE_N], b_desc.layout)
-    loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for buffer in gl.static_range(STAGES):
-        mbarrier.init(loaded.index(buffer), count=1)
-    step_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    steps = gl.cdiv(K, TILE_K)
-    for buffer in gl.static_range(STAGES - 1):  # fill all but one buffer, for the first steps
-        mbarrier.expect(loaded.index(buffer), step_bytes, pred=buffer < steps)
-        tma_load(a_desc, [row, buffer * TILE_K], loaded.index(buffer), a_ring.index(buffer), pred=buffer < steps)
-        tma_load(b_desc, [buffer * TILE_K, col], loaded.index(buffer), b_ring.index(buffer), pred=buffer < steps)
-
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, TILE_N, 16])
-    acc = gl.zeros([TILE_M, TILE_N], gl.float32, layout)
-    for step in range(steps):
-        stage = step % STAGES
-        mbarrier.wait(loaded.index(stage), (step // STAGES) & 1)
-        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage), acc, is_async=True)
-        # at most this step's wgmma still runs: the step before has read its buffer, which now refills
-        acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
-        ahead = step + STAGES - 1
-        refill = ahead % STAGES
-        mbarrier.expect(loaded.index(refill), step_bytes, pred=ahead < steps)
-        tma_load(a_desc, [row, ahead * TILE_K], loaded.index(refill), a_ring.index(refill), pred=ahead < steps)
-        tma_load(b_desc, [ahead * TILE_K, col], loaded.index(refill), b_ring.index(refill), pred=ahead < steps)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    for buffer in gl.static_range(STAGES):
-        mbarrier.invalidate(loaded.index(buffer))
-
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, [TILE_M, TILE_N], c_desc.layout)
-    c_smem.store(acc.to(c_desc.dtype))
-    fence_async_shared()
-    tma_store(c_desc, [row, col], c_smem)
-    tma.store_wait(0)
+    acc = k_loop(a_desc, b_desc, row, col, K, gl.zeros([TILE_M, TILE_N], gl.float32, layout), STAGES, False)
+    store_tile(acc, c_desc, row, col)
 
 
 def _descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
