@@ -334,6 +334,8 @@ WORKLOAD = Workload(
     implementations=(
         Implementation("triton", "torch", "triton", "Triton port (fp16 tensor cores, fp32 accumulate)",
                        "triton_kernels.trimul:trimul"),
+        Implementation("gluon", "torch", "gluon", "Gluon port (TMA, wgmma, fp16 tensor cores)",
+                       "gluon_kernels.trimul:trimul", Needs(gpu=True, capability=(9, 0))),
         Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering, fp16 tensor cores)",
                        "pallas_kernels.trimul:trimul"),
         # jax 0.10's Mosaic GPU interpreter cannot take a transposed wgmma operand: there CI lowers it for CUDA

@@ -1,0 +1,224 @@
+"""TriMul in Gluon: the four stages of triton_kernels/trimul.py, with Hopper's parts written out.
+
+1. `_layer_norm_kernel`: per tile of `norm_rows` pairs (b, i, k), LayerNorm over dim in one pass over x (per-chunk
+   mean and centred sum of squares, merged as the Triton port does), written as fp16 `normed` [B*N*N, dim].
+2. `_gated_project_kernel`: per tile of 64 pairs and group (left, right: gated; out gate: not), W @ xn^T on wgmma
+   over dim, through the matmul port's TMA ring (`gluon_kernels.matmul.k_loop`, xn read as a transposed B). A
+   gated group's projection and gate weights are adjacent rows of the stacked weights, so one product of
+   2 * hidden rows makes both; its halves meet through shared memory as projection * sigmoid(gate) * mask. The
+   out gate is sigmoid(projection). Written channel-major into `gated` [3 * B * hidden, N * N].
+3. `_triangle_kernel`: per (b, h), product = left @ right^T in 128 x 128 tiles (64 x 64 where N is no multiple of
+   128): the matmul port's K loop with right read as a transposed B, fp16 out.
+4. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), LayerNorm over hidden of the product's
+   [hidden, 64] tile, times the out gate, stored to shared memory as fp16, then the output projection on wgmma
+   with that tile as a transposed A, in chunks of dim, float32 out.
+
+Differences the language forces, against the Triton port:
+- wgmma takes at least 64 rows, and its shared-memory tiles tile whole arrays: N is padded to a multiple of 64
+  (not 16), hidden to at least 64 channels (zero weights: a padded channel is exactly 0 in left, right and the
+  product, and its out-norm weight and bias are 0), and every tile of pairs is 64 pairs (the Triton port's 128),
+  as in the Mosaic GPU port.
+- A TMA copy's expected bytes are a compile-time constant, so the gated groups (two weight tiles a step) and the
+  out gate (one) are two launches of one kernel rather than one launch with a group per program.
+- The mask is given to the kernel as float32.
+"""
+from __future__ import annotations
+
+import torch
+
+from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from gluon_kernels.matmul import GL_TYPES, k_loop, store_tile
+from gluon_kernels.matmul import _descriptor as descriptor
+from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_dividing, check_kernel_sizes,
+                          padded_length, validate)
+
+SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
+PAIRS = 64  # pairs per program in the projection and output kernels: one warpgroup's wgmma rows
+NORM_ROWS = 32  # pairs per program in the LayerNorm kernel
+MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
+PROJECT_STAGES = 2  # the projection's ring: two CTAs an SM, as in the Mosaic GPU port
+CONTRACT_STAGES = 3
+
+
+@gluon.jit
+def _sigmoid(v):
+    return 1.0 / (1.0 + gl.exp(-v))
+
+
+@gluon.jit
+def _layer_norm_kernel(x_ptr, gamma_ptr, beta_ptr, normed_ptr, eps, DIM: gl.constexpr, ROWS: gl.constexpr,
+                       TILE_DIM: gl.constexpr, num_warps: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    rows = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, TILE_DIM, layout=gl.SliceLayout(0, layout))
+    x_rows = x_ptr + rows[:, None] * DIM + cols[None, :]
+    mean = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
+    m2 = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
+    for d0 in gl.static_range(0, DIM, TILE_DIM):  # chunk statistics merged as Chan et al. do
+        x = gl.load(x_rows + d0)
+        chunk_mean = gl.sum(x, axis=1) / TILE_DIM
+        centred = x - chunk_mean[:, None]
+        delta = chunk_mean - mean
+        seen = (d0 + TILE_DIM) * 1.0
+        mean += delta * (TILE_DIM / seen)
+        m2 += gl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
+    rstd = 1.0 / gl.sqrt(m2 / DIM + eps)
+    for d0 in gl.static_range(0, DIM, TILE_DIM):
+        x = gl.load(x_rows + d0)
+        gamma = gl.load(gamma_ptr + d0 + cols)
+        beta = gl.load(beta_ptr + d0 + cols)
+        normed = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
+        gl.store(normed_ptr + rows[:, None] * DIM + d0 + cols[None, :], normed.to(gl.float16))
+
+
+@gluon.jit
+def _gated_project_kernel(normed_desc, weight_desc, gated_desc, mask_ptr, batch, pairs_per_batch,
+                          DIM: gl.constexpr, GATED: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """weight_desc: the stacked weights [5 * channels, dim] (left_proj, left_gate, right_proj, right_gate,
+    out_gate), in tiles of 2 * channels rows (GATED) or channels rows."""
+    CHANNELS: gl.constexpr = gated_desc.block_type.shape[0]
+    PAIRS: gl.constexpr = normed_desc.block_type.shape[0]
+    W_ROWS: gl.constexpr = weight_desc.block_type.shape[0]
+    if GATED:
+        group = gl.program_id(0) % 2
+        row0 = (gl.program_id(0) // 2) * PAIRS
+    else:
+        group = 2
+        row0 = gl.program_id(0) * PAIRS
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, PAIRS, 16])
+    acc = k_loop(weight_desc, normed_desc, 2 * group * CHANNELS, row0, DIM,
+                 gl.zeros([W_ROWS, PAIRS], gl.float32, layout), STAGES, True)
+    b = row0 // pairs_per_batch
+    if GATED:  # the projection's rows and the gate's, apart through shared memory
+        halves = gl.allocate_shared_memory(gl.float32, [W_ROWS, PAIRS],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]), acc)
+        mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout)))
+        value = (halves.slice(0, CHANNELS).load(layout) * _sigmoid(halves.slice(CHANNELS, CHANNELS).load(layout))
+                 * mask[None, :])
+    else:
+        value = _sigmoid(acc)
+    store_tile(value, gated_desc, (group * batch + b) * CHANNELS, row0 - b * pairs_per_batch)
+
+
+@gluon.jit
+def _triangle_kernel(gated_desc, product_desc, batch_channels, SEQ: gl.constexpr, STAGES: gl.constexpr,
+                     num_warps: gl.constexpr):
+    """gated_desc [3 * B * channels * N, N], product_desc [B * channels * N, N]: row (bh * N + i) holds [bh, i, :]."""
+    TILE: gl.constexpr = product_desc.block_type.shape[0]
+    tile = gl.program_id(0)
+    bh = gl.program_id(1)
+    i0 = (tile // (SEQ // TILE)) * TILE
+    j0 = (tile % (SEQ // TILE)) * TILE
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, TILE, 16])
+    acc = k_loop(gated_desc, gated_desc, bh * SEQ + i0, (batch_channels + bh) * SEQ + j0, SEQ,
+                 gl.zeros([TILE, TILE], gl.float32, layout), STAGES, True)
+    store_tile(acc, product_desc, bh * SEQ + i0, j0)
+
+
+@gluon.jit
+def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight_desc, out_desc, batch_channels,
+                             pairs_per_batch, eps, HIDDEN: gl.constexpr, CHANNELS: gl.constexpr,
+                             WIDTH: gl.constexpr, num_warps: gl.constexpr):
+    """product and the out gates channel-major, [B * channels, N * N]; weight_desc: to_out's weight transposed,
+    [channels, width], in [channels, tile_out] tiles; channels >= HIDDEN, the padded ones exactly 0 in the
+    product (see the module's docstring)."""
+    TILE_OUT: gl.constexpr = weight_desc.block_type.shape[1]
+    PAIRS: gl.constexpr = out_desc.block_type.shape[0]
+    row0 = gl.program_id(0) * PAIRS
+    b = row0 // pairs_per_batch
+    weights = gl.allocate_shared_memory(weight_desc.dtype, [2, CHANNELS, TILE_OUT], weight_desc.layout)
+    loaded = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for buffer in gl.static_range(2):
+        mbarrier.init(loaded.index(buffer), count=1)
+    mbarrier.expect(loaded.index(0), weight_desc.block_type.nbytes)  # the first chunk loads under the norm
+    tma_load(weight_desc, [0, 0], loaded.index(0), weights.index(0))
+
+    tile: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])
+    channel = gl.arange(0, CHANNELS, layout=gl.SliceLayout(1, tile))
+    offsets = ((b * CHANNELS + channel[:, None]) * pairs_per_batch + row0 - b * pairs_per_batch
+               + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, tile))[None, :])
+    product = gl.load(product_ptr + offsets).to(gl.float32)
+    mean = gl.sum(product, axis=0) / HIDDEN  # padded channels add 0 to the sum
+    centred = product - mean[None, :]
+    # and (0 - mean)^2 each to the sum of squares: taken back out
+    squares = gl.sum(centred * centred, axis=0) - (CHANNELS - HIDDEN) * mean * mean
+    rstd = 1.0 / gl.sqrt(squares / HIDDEN + eps)
+    gamma = gl.load(gamma_ptr + channel)
+    beta = gl.load(beta_ptr + channel)
+    gate = gl.load(gated_ptr + 2 * batch_channels * pairs_per_batch + offsets).to(gl.float32)
+    normed = (centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * gate
+    normed_smem = gl.allocate_shared_memory(gl.float16, [CHANNELS, PAIRS],
+                                            gl.NVMMASharedLayout.get_default_for([CHANNELS, PAIRS], gl.float16),
+                                            normed.to(gl.float16))
+    fence_async_shared()  # the tile's stores, before wgmma reads it
+
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, TILE_OUT, 16])
+    for chunk in gl.static_range(WIDTH // TILE_OUT):
+        if chunk + 1 < WIDTH // TILE_OUT:  # the next chunk loads under this one's product and store
+            mbarrier.expect(loaded.index((chunk + 1) % 2), weight_desc.block_type.nbytes)
+            tma_load(weight_desc, [0, (chunk + 1) * TILE_OUT], loaded.index((chunk + 1) % 2),
+                     weights.index((chunk + 1) % 2))
+        mbarrier.wait(loaded.index(chunk % 2), (chunk // 2) & 1)
+        acc = warpgroup_mma(normed_smem.permute((1, 0)), weights.index(chunk % 2),
+                            gl.zeros([PAIRS, TILE_OUT], gl.float32, layout), is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        store_tile(acc, out_desc, row0, chunk * TILE_OUT)
+    for buffer in gl.static_range(2):
+        mbarrier.invalidate(loaded.index(buffer))
+
+
+def trimul(data, *, poison: bool = False) -> torch.Tensor:
+    """TriMul forward for GPU MODE's `(x, mask, weights, config)` on a CUDA GPU; returns [B, N, N, dim] float32.
+
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows.
+    """
+    validate(data)
+    x, mask, weights, config = data
+    batch, length, _, dim = x.shape
+    hidden = config["hidden_dim"]
+    seq = padded_length(length, SEQUENCE_MULTIPLE)
+    check_kernel_sizes(batch, seq, dim, hidden)
+    if seq != length:  # zeros, with mask 0: see padded_length
+        x = torch.nn.functional.pad(x, (0, 0, 0, seq - length, 0, seq - length))
+        mask = torch.nn.functional.pad(mask, (0, seq - length, 0, seq - length))
+    channels = max(hidden, MIN_HIDDEN)
+    pairs = batch * seq * seq
+    allocate = torch.full if poison else torch.empty
+    fill = (float("nan"),) if poison else ()
+
+    def by_channel(w):  # hidden padded to `channels` with zeros
+        return torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
+
+    proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).to(torch.float16)
+    out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16).contiguous()
+    normed = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float16)
+    gated = allocate((3 * batch * channels, seq * seq), *fill, device=x.device, dtype=torch.float16)
+    product = allocate((batch * channels * seq, seq), *fill, device=x.device, dtype=torch.float16)
+    out = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float32)
+
+    tile_dim = _largest_power_of_two_dividing(dim, 64)
+    _layer_norm_kernel[(pairs // NORM_ROWS,)](
+        x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
+        LAYER_NORM_EPS, DIM=dim, ROWS=NORM_ROWS, TILE_DIM=tile_dim, num_warps=4)
+    normed_desc = descriptor(normed, [PAIRS, tile_dim])
+    gated_desc = descriptor(gated, [channels, PAIRS])
+    mask = mask.reshape(pairs).to(torch.float32)
+    for rows, grid in ((2 * channels, 2 * pairs // PAIRS), (channels, pairs // PAIRS)):  # gated groups, out gate
+        _gated_project_kernel[(grid,)](
+            normed_desc, descriptor(proj_weight, [rows, tile_dim]), gated_desc, mask, batch, seq * seq, DIM=dim,
+            GATED=rows == 2 * channels, STAGES=PROJECT_STAGES, num_warps=4)
+    tile = _largest_power_of_two_dividing(seq, 128)
+    _triangle_kernel[((seq // tile) ** 2, batch * channels)](
+        descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
+        batch * channels, SEQ=seq, STAGES=CONTRACT_STAGES, num_warps=8 if tile == 128 else 4)
+    tile_out = _largest_power_of_two_dividing(dim, 128)
+    _out_norm_project_kernel[(pairs // PAIRS,)](
+        product, gated, by_channel(weights["to_out_norm.weight"]).contiguous(),
+        by_channel(weights["to_out_norm.bias"]).contiguous(), descriptor(out_weight_t, [channels, tile_out]),
+        descriptor(out, [PAIRS, tile_out]), batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden,
+        CHANNELS=channels, WIDTH=dim, num_warps=4)
+    out = out.view(batch, seq, seq, dim)
+    return out if seq == length else out[:, :length, :length].contiguous()
