@@ -1,6 +1,6 @@
 """TriMul in Gluon: the four stages of triton_kernels/trimul.py, with Hopper's parts written out.
 
-1. `_layer_norm_kernel`: per tile of `norm_rows` pairs (b, i, k), LayerNorm over dim in one pass over x (per-chunk
+1. `_layer_norm_kernel`: per tile of 32 pairs (b, i, k), LayerNorm over dim in one pass over x (per-chunk
    mean and centred sum of squares, merged as the Triton port does), written as fp16 `normed` [B*N*N, dim].
 2. `_gated_project_kernel`: per tile of 64 pairs and group (left, right: gated; out gate: not), W @ xn^T on wgmma
    over dim, through the matmul port's TMA ring (`gluon_kernels.matmul.k_loop`, xn read as a transposed B). A
