@@ -202,8 +202,9 @@ def to_framework(framework: str, inputs):
     """Hand torch inputs to a framework: unchanged for torch, through DLPack for JAX.
 
     A DLPack import costs JAX about 0.1 ms of host time whatever the tensor's size (results/h200/NOTES.md), so the
-    tensors of up to PACKED_TENSOR_BYTES (TriMul's eleven weights) are copied into one buffer per dtype and device,
-    imported once and split by one jitted function; larger tensors are imported alone, as views with no copy.
+    tensors of up to PACKED_TENSOR_BYTES (TriMul's eleven weights and a small mask) are copied as bytes into one
+    buffer per device, imported once and split and bit-cast back to their types by one jitted function; larger
+    tensors, and 64-bit ones, are imported alone, as views with no copy.
     JAX runs with 64-bit types off, so 64-bit integer tensors (GPU MODE's 0/1 mask) are narrowed to int32 on the
     torch side first; values are unchanged.
     """
@@ -249,12 +250,14 @@ def _import_to_jax(tensors: list) -> list:
     converted = [None] * len(tensors)
     groups = {}
     for index, tensor in enumerate(tensors):
-        if tensor.numel() * tensor.element_size() <= PACKED_TENSOR_BYTES:
-            groups.setdefault((tensor.dtype, tensor.device), []).append(index)
+        if (tensor.numel() * tensor.element_size() <= PACKED_TENSOR_BYTES and tensor.element_size() <= 4
+                and not tensor.is_complex()):
+            groups.setdefault(tensor.device, []).append(index)
     for members in groups.values():
         if len(members) > 1:
-            packed = _dlpack_import(torch.cat([tensors[index].reshape(-1) for index in members]))
-            layout = tuple((tensors[index].numel(), tuple(tensors[index].shape)) for index in members)
+            packed = _dlpack_import(torch.cat([tensors[index].reshape(-1).view(torch.uint8) for index in members]))
+            layout = tuple((tensors[index].numel() * tensors[index].element_size(), tuple(tensors[index].shape),
+                            str(tensors[index].dtype).removeprefix("torch.")) for index in members)
             for index, part in zip(members, _unpacker()(packed, layout=layout)):
                 converted[index] = part
     return [_dlpack_import(tensor) if array is None else array for array, tensor in zip(converted, tensors)]
@@ -272,12 +275,22 @@ def _dlpack_import(tensor):
 
 @functools.cache
 def _unpacker():
-    """A jitted split of a packed buffer into arrays of the layout's (size, shape)s: one dispatch for them all."""
+    """A jitted split of a packed byte buffer into arrays of the layout's (bytes, shape, dtype)s, each bit-cast back
+    to its type: one dispatch for them all."""
     import jax
+    import jax.numpy as jnp
+
+    def typed(piece, dtype):
+        if dtype == jnp.bool_:
+            return piece != 0
+        if dtype.itemsize == 1:
+            return jax.lax.bitcast_convert_type(piece, dtype)
+        return jax.lax.bitcast_convert_type(piece.reshape(-1, dtype.itemsize), dtype)
 
     def unpack(packed, *, layout):
-        starts = itertools.accumulate((size for size, _ in layout), initial=0)
-        return tuple(packed[start:start + size].reshape(shape) for start, (size, shape) in zip(starts, layout))
+        starts = itertools.accumulate((size for size, _, _ in layout), initial=0)
+        return tuple(typed(packed[start:start + size], jnp.dtype(dtype)).reshape(shape)
+                     for start, (size, shape, dtype) in zip(starts, layout))
 
     return jax.jit(unpack, static_argnames="layout")
 

@@ -249,17 +249,24 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
     assert len(capsys.readouterr().out.splitlines()) == len(figures) + 2
 
 
-def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure():
+def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure(monkeypatch):
     jax = pytest.importorskip("jax")
     big = torch.randn(ports.PACKED_TENSOR_BYTES // 4 + 1)  # one element over: imported alone
     inputs = (big, {"w": torch.randn(3, 5), "b": torch.arange(4), "s": torch.tensor(2.5)},
-              [torch.randn(2, 2).T, torch.ones(0)], {"hidden_dim": 7})
+              [torch.randn(2, 2).T, torch.ones(0), torch.randn(7).to(torch.bfloat16), torch.tensor([True, False]),
+               torch.randn(3).half(), torch.arange(-3, 3, dtype=torch.int8)], {"hidden_dim": 7})
+    imports = []
+    real_import = ports._dlpack_import
+    monkeypatch.setattr(ports, "_dlpack_import", lambda tensor: imports.append(tensor.dtype) or real_import(tensor))
     converted = ports.to_framework("jax", inputs)
+    assert imports == [torch.uint8, torch.float32]  # the small tensors of every type as one buffer, big alone
     assert list(converted[1]) == ["w", "b", "s"] and isinstance(converted[2], list) and converted[3] == {"hidden_dim": 7}
-    pairs = [(big, converted[0]), (inputs[1]["w"], converted[1]["w"]), (inputs[1]["s"], converted[1]["s"]),
-             (inputs[2][0], converted[2][0]), (inputs[2][1], converted[2][1])]
+    pairs = [(big, converted[0]), (inputs[1]["w"], converted[1]["w"]), (inputs[1]["s"], converted[1]["s"])]
+    pairs += list(zip(inputs[2], converted[2]))
     for tensor, array in pairs:
         assert isinstance(array, jax.Array) and tuple(array.shape) == tuple(tensor.shape)
         assert ports.dtype_name(array) == ports.dtype_name(tensor) and torch.equal(ports.to_torch(array), tensor)
     assert ports.dtype_name(converted[1]["b"]) == "int32" and converted[1]["b"].tolist() == [0, 1, 2, 3]
     assert converted[0].unsafe_buffer_pointer() == big.data_ptr()  # a large tensor crosses without a copy
+    with pytest.raises(TypeError, match="jax_enable_x64"):  # 64-bit floats cross alone, and are refused
+        ports.to_framework("jax", (torch.randn(3, dtype=torch.float64), torch.randn(2)))
