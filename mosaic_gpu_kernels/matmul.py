@@ -87,13 +87,15 @@ def _layout(swizzle: int, dtype) -> tuple:
     return plgpu.TilingTransform((8, swizzle // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(swizzle)
 
 
-def _in_specs(tiles: MosaicTiling, dtype, delay_release: int) -> list:
-    """A's (tile_m, tile_k) and B's (tile_k, tile_n) blocks at K step kk, both with B's swizzle."""
-    layout = _layout(_swizzle(tiles.tile_n, dtype), dtype)
+def _in_specs(tiles: MosaicTiling, dtype, delay_release: int, b_transposed: bool) -> list:
+    """A's (tile_m, tile_k) block and B's (tile_k, tile_n) block at K step kk (B^T's (tile_n, tile_k) block where B
+    is given transposed), both with B's tile's swizzle."""
+    layout = _layout(_swizzle(tiles.tile_k if b_transposed else tiles.tile_n, dtype), dtype)
+    b_block = ((tiles.tile_n, tiles.tile_k), lambda kk: (0, kk)) if b_transposed else (
+        (tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0))
     return [plgpu.BlockSpec((tiles.tile_m, tiles.tile_k), lambda kk: (0, kk), transforms=layout,
                             delay_release=delay_release),
-            plgpu.BlockSpec((tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0), transforms=layout,
-                            delay_release=delay_release)]
+            plgpu.BlockSpec(*b_block, transforms=layout, delay_release=delay_release)]
 
 
 def _tile_slices(m: int, n: int, tiles: MosaicTiling):
@@ -107,29 +109,30 @@ def _tile_slices(m: int, n: int, tiles: MosaicTiling):
             pl.ds(((pid % per_group) // group_rows) * tiles.tile_n, tiles.tile_n))
 
 
-def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
-    (m, k), n = a_gmem.shape, b_gmem.shape[1]
-    rows, cols = _tile_slices(m, n, tiles)
-
+def one_warpgroup_tile(a_rows, b, c_tile, c_smem, *, tiles: MosaicTiling, b_transposed: bool = False):
+    """c_tile = a_rows @ b in one warpgroup: a_rows [tile_m, K], b [K, tile_n] (with b_transposed, b^T given as
+    [tile_n, K] and read by wgmma through a transposed view), over K in order through a TMA pipeline; the tile
+    goes out through c_smem [tile_m, tile_n] and a TMA store. The TriMul port's contraction takes it too."""
     def k_loop(acc):
         def step(_, a_smem, b_smem):
-            plgpu.wgmma(acc, a_smem, b_smem)  # asynchronous: acc += a @ b, in 16-deep steps
+            plgpu.wgmma(acc, a_smem, b_smem.transpose((1, 0)) if b_transposed else b_smem)  # asynchronous
             plgpu.wgmma_wait(1)  # the step before has read its buffers: the pipeline may refill them
 
-        plgpu.emit_pipeline(step, grid=(pl.cdiv(k, tiles.tile_k),), max_concurrent_steps=tiles.stages,
-                            in_specs=_in_specs(tiles, a_gmem.dtype, delay_release=1),
-                            )(a_gmem.at[rows, :], b_gmem.at[:, cols])
+        plgpu.emit_pipeline(step, grid=(pl.cdiv(a_rows.shape[1], tiles.tile_k),), max_concurrent_steps=tiles.stages,
+                            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed),
+                            )(a_rows, b)
         return acc[...]  # waits for the last wgmma
 
     c_smem[...] = pl.run_scoped(k_loop, plgpu.ACC((tiles.tile_m, tiles.tile_n), jnp.float32)).astype(c_smem.dtype)
     plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(c_smem, c_gmem.at[rows, cols])
+    plgpu.copy_smem_to_gmem(c_smem, c_tile)
     plgpu.wait_smem_to_gmem(0)
 
 
-def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
-    (m, k), n = a_gmem.shape, b_gmem.shape[1]
-    rows, cols = _tile_slices(m, n, tiles)
+def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transposed: bool = False):
+    """c_tile = a_rows @ b as one_warpgroup_tile, warp-specialised: a memory warpgroup issues the TMA copies and
+    each compute warpgroup owns tile_n / compute_warpgroups of the columns, written out in 64 x 64 pieces through
+    two shared-memory buffers each. Runs on a kernel's "warpgroup" axis."""
     warpgroup = lax.axis_index("warpgroup")  # the memory warpgroup is the last
     width = tiles.tile_n // tiles.compute_warpgroups
     own_cols = pl.ds(warpgroup * width, width)
@@ -139,37 +142,47 @@ def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
         def compute(run_pipeline):
             def with_accumulator(acc):
                 run_pipeline(acc)
-                result = acc[...].astype(c_gmem.dtype)
+                result = acc[...].astype(c_tile.dtype)
                 for index, (i, j) in enumerate(pieces):
                     piece = (slice(i * EPILOGUE_TILE, (i + 1) * EPILOGUE_TILE),
                              slice(j * EPILOGUE_TILE, (j + 1) * EPILOGUE_TILE))
                     plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this buffer's store before the last is done
                     out_smem[warpgroup, index % 2] = result[piece]
                     plgpu.commit_smem()
-                    plgpu.copy_smem_to_gmem(out_smem.at[warpgroup, index % 2],
-                                            c_gmem.at[rows, cols].at[:, own_cols].at[
-                                                pl.ds(i * EPILOGUE_TILE, EPILOGUE_TILE),
-                                                pl.ds(j * EPILOGUE_TILE, EPILOGUE_TILE)])
+                    plgpu.copy_smem_to_gmem(out_smem.at[warpgroup, index % 2], c_tile.at[:, own_cols].at[
+                        pl.ds(i * EPILOGUE_TILE, EPILOGUE_TILE), pl.ds(j * EPILOGUE_TILE, EPILOGUE_TILE)])
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
             pl.run_scoped(with_accumulator, plgpu.ACC((tiles.tile_m, width), jnp.float32))
 
         def step(_, a_smem, b_smem, acc):
-            plgpu.wgmma(acc, a_smem, b_smem.at[:, own_cols])
+            plgpu.wgmma(acc, a_smem, b_smem.at[own_cols].transpose((1, 0)) if b_transposed
+                        else b_smem.at[:, own_cols])
             plgpu.wgmma_wait(1)
             return acc
 
         plgpu.emit_pipeline_warp_specialized(
-            step, grid=(pl.cdiv(k, tiles.tile_k),), memory_registers=40,
-            in_specs=_in_specs(tiles, a_gmem.dtype, delay_release=1), wg_axis="warpgroup",
-            num_compute_wgs=tiles.compute_warpgroups, max_concurrent_steps=tiles.stages, compute_context=compute,
-        )(a_gmem.at[rows, :], b_gmem.at[:, cols])
+            step, grid=(pl.cdiv(a_rows.shape[1], tiles.tile_k),), memory_registers=40,
+            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed),
+            wg_axis="warpgroup", num_compute_wgs=tiles.compute_warpgroups, max_concurrent_steps=tiles.stages,
+            compute_context=compute,
+        )(a_rows, b)
 
     pl.run_scoped(with_buffers,
-                  plgpu.SMEM((tiles.compute_warpgroups, 2, EPILOGUE_TILE, EPILOGUE_TILE), c_gmem.dtype,
-                             transforms=_layout(_swizzle(EPILOGUE_TILE, c_gmem.dtype), c_gmem.dtype)),
+                  plgpu.SMEM((tiles.compute_warpgroups, 2, EPILOGUE_TILE, EPILOGUE_TILE), c_tile.dtype,
+                             transforms=_layout(_swizzle(EPILOGUE_TILE, c_tile.dtype), c_tile.dtype)),
                   collective_axes="warpgroup")
     plgpu.wait_smem_to_gmem(0)
+
+
+def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
+    rows, cols = _tile_slices(a_gmem.shape[0], b_gmem.shape[1], tiles)
+    one_warpgroup_tile(a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols], c_smem, tiles=tiles)
+
+
+def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
+    rows, cols = _tile_slices(a_gmem.shape[0], b_gmem.shape[1], tiles)
+    warp_specialised_tile(a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols], tiles=tiles)
 
 
 @functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret"))

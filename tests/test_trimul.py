@@ -425,9 +425,11 @@ def test_pallas_port_lowers_for_cuda():
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels themselves")
-@pytest.mark.parametrize("batch, seq, dim, hidden", [(1, 64, 32, 32), (2, 128, 128, 128), (1, 192, 768, 128)])
+@pytest.mark.parametrize("batch, seq, dim, hidden",
+                         [(1, 64, 32, 32), (2, 128, 128, 128), (1, 192, 768, 128), (1, 256, 64, 128)])
 def test_mosaic_gpu_port_lowers_for_cuda(batch, seq, dim, hidden):
-    # every kernel lowered to Mosaic GPU for sm_90: padded hidden, a 64-wide contraction tile, the largest dim
+    # every kernel lowered to Mosaic GPU for sm_90: padded hidden, a 64-wide contraction tile, the largest dim, the
+    # warp-specialised contraction (256 divides N)
     jax = pytest.importorskip("jax")
     from mosaic_gpu_kernels.trimul import _trimul
     shapes = {"norm.weight": (dim,), "norm.bias": (dim,), "to_out_norm.weight": (hidden,),
