@@ -109,7 +109,8 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
     store_tile(acc, c_desc, row, col)
 
 
-def _descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
+def descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """A TMA descriptor of the tensor in `block` tiles, in the swizzled shared-memory layout that wgmma reads."""
     layout = gl.NVMMASharedLayout.get_default_for(block, GL_TYPES[tensor.dtype])
     return TensorDescriptor.from_tensor(tensor, block, layout)
 
@@ -146,7 +147,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     a, b = _tma_ready(a, m, padded_k), _tma_ready(b, padded_k, padded_n)
     c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
-    _matmul_kernel[grid](_descriptor(a, [tiles.tile_m, tiles.tile_k]), _descriptor(b, [tiles.tile_k, tiles.tile_n]),
-                         _descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m,
+    _matmul_kernel[grid](descriptor(a, [tiles.tile_m, tiles.tile_k]), descriptor(b, [tiles.tile_k, tiles.tile_n]),
+                         descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m,
                          STAGES=tiles.stages, num_warps=tiles.warps)
     return c if padded_n == n else c[:, :n]

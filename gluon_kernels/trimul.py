@@ -27,10 +27,9 @@ from __future__ import annotations
 import torch
 
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from gluon_kernels.matmul import GL_TYPES, k_loop, store_tile
-from gluon_kernels.matmul import _descriptor as descriptor
+from gluon_kernels.matmul import descriptor, k_loop, store_tile
 from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_dividing, check_kernel_sizes,
-                          padded_length, validate)
+                          padded_inputs, padded_length, scratch, validate)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 PAIRS = 64  # pairs per program in the projection and output kernels: one warpgroup's wgmma rows
@@ -181,23 +180,20 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     hidden = config["hidden_dim"]
     seq = padded_length(length, SEQUENCE_MULTIPLE)
     check_kernel_sizes(batch, seq, dim, hidden)
-    if seq != length:  # zeros, with mask 0: see padded_length
-        x = torch.nn.functional.pad(x, (0, 0, 0, seq - length, 0, seq - length))
-        mask = torch.nn.functional.pad(mask, (0, seq - length, 0, seq - length))
+    x, mask = padded_inputs(x, mask, seq)  # zeros, with mask 0: see padded_length
     channels = max(hidden, MIN_HIDDEN)
     pairs = batch * seq * seq
-    allocate = torch.full if poison else torch.empty
-    fill = (float("nan"),) if poison else ()
+    allocate = scratch(x.device, poison)
 
     def by_channel(w):  # hidden padded to `channels` with zeros
         return torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
 
     proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).to(torch.float16)
     out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16).contiguous()
-    normed = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float16)
-    gated = allocate((3 * batch * channels, seq * seq), *fill, device=x.device, dtype=torch.float16)
-    product = allocate((batch * channels * seq, seq), *fill, device=x.device, dtype=torch.float16)
-    out = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float32)
+    normed = allocate((pairs, dim), torch.float16)
+    gated = allocate((3 * batch * channels, seq * seq), torch.float16)
+    product = allocate((batch * channels * seq, seq), torch.float16)
+    out = allocate((pairs, dim), torch.float32)
 
     tile_dim = _largest_power_of_two_dividing(dim, 64)
     _layer_norm_kernel[(pairs // NORM_ROWS,)](

@@ -299,6 +299,22 @@ def padded_length(seq: int, multiple: int = SEQUENCE_MULTIPLE) -> int:
     return -(-seq // multiple) * multiple
 
 
+def padded_inputs(x: torch.Tensor, mask: torch.Tensor, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [B, N, N, dim] and mask [B, N, N] zero-padded to N = seq (see padded_length), for the torch-side ports."""
+    length = x.shape[1]
+    if seq == length:
+        return x, mask
+    return (F.pad(x, (0, 0, 0, seq - length, 0, seq - length)), F.pad(mask, (0, seq - length, 0, seq - length)))
+
+
+def scratch(device, poison: bool):
+    """A port's allocator of intermediate buffers, `scratch(device, poison)(shape, dtype)`: uninitialised, or with
+    poison all NaN, so that a tile a kernel fails to write shows in the output."""
+    if poison:
+        return lambda shape, dtype: torch.full(shape, float("nan"), device=device, dtype=dtype)
+    return lambda shape, dtype: torch.empty(shape, device=device, dtype=dtype)
+
+
 def check_kernel_sizes(batch: int, seq: int, dim: int, hidden: int) -> None:
     """Raise a ValueError naming the size that no kernel port takes."""
     if dim % 32:

@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
+from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_inputs, padded_length, scratch,
+                          validate)
 
 
 @triton.jit
@@ -151,21 +152,18 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]
     seq = padded_length(length)
-    if seq != length:  # zeros, with mask 0: see padded_length
-        x = torch.nn.functional.pad(x, (0, 0, 0, seq - length, 0, seq - length))
-        mask = torch.nn.functional.pad(mask, (0, seq - length, 0, seq - length))
+    x, mask = padded_inputs(x, mask, seq)  # zeros, with mask 0: see padded_length
     tiles = kernel_tiling(batch, seq, dim, hidden)
     pairs = batch * seq * seq
-    allocate = torch.full if poison else torch.empty
-    fill = (float("nan"),) if poison else ()
+    allocate = scratch(x.device, poison)
 
     proj_weight = torch.stack([weights[f"{name}.weight"] for name in PROJECTIONS]).to(torch.float16)
     out_weight_t = weights["to_out.weight"].t().contiguous().to(torch.float16)
     weights = {name: tensor.contiguous() for name, tensor in weights.items()}
-    normed = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float16)
-    gated = allocate((3 * batch * hidden, seq * seq), *fill, device=x.device, dtype=torch.float16)
-    product = allocate((batch * hidden, seq * seq), *fill, device=x.device, dtype=torch.float16)
-    out = allocate((pairs, dim), *fill, device=x.device, dtype=torch.float32)
+    normed = allocate((pairs, dim), torch.float16)
+    gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
+    product = allocate((batch * hidden, seq * seq), torch.float16)
+    out = allocate((pairs, dim), torch.float32)
 
     _layer_norm_kernel[(pairs // tiles.norm_rows,)](
         x.contiguous(), weights["norm.weight"], weights["norm.bias"], normed, LAYER_NORM_EPS, DIM=dim,
