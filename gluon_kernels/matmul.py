@@ -13,7 +13,11 @@ Differences the language forces, against the Triton port:
 - No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
   A TMA descriptor needs 16-byte aligned rows, so K and N are padded to a multiple of 8 where they are not (zero
   columns and rows that add exactly nothing); at the benchmarked shapes nothing is padded. M is never padded.
-- M reaches the kernel only inside A's and C's descriptors, so no M is ever specialised by the compiler.
+- M reaches the kernel only inside A's and C's descriptors. Where M is below the tile's rows, A's descriptor copies
+  only M's rows rounded up to a power of two (8 at the least) into each ring buffer and leaves the others unwritten:
+  they make only rows of C past M, which the TMA store drops, and each row of C is the same wgmma sequence on its
+  own row of A whatever the box, so the bits do not move. At M = 1 and 16 that halves a stage's TMA bytes where
+  B's tiles are 64-byte rows (results/h200/experiments/gluon-matmul, "TMA copies only the rows of A that exist").
 """
 from __future__ import annotations
 
@@ -40,7 +44,8 @@ def _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step, st
     k = step * a_desc.block_type.shape[1]
     buffer = step % STAGES
     mbarrier.expect(loaded.index(buffer), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=step < steps)
-    tma_load(a_desc, [a_row, k], loaded.index(buffer), a_ring.index(buffer), pred=step < steps)
+    tma_load(a_desc, [a_row, k], loaded.index(buffer),
+             a_ring.index(buffer).slice(0, a_desc.block_type.shape[0]), pred=step < steps)
     if B_TRANSPOSED:
         tma_load(b_desc, [b_offset, k], loaded.index(buffer), b_ring.index(buffer), pred=step < steps)
     else:
@@ -48,13 +53,21 @@ def _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step, st
 
 
 @gluon.jit
-def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRANSPOSED: gl.constexpr):
+def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRANSPOSED: gl.constexpr, gate=None):
     """acc + A[a_row:, :K] @ B[:K, b_offset:] over the descriptors' tiles, K walked in order in 16-deep wgmma steps:
     TMA fills a ring of STAGES buffers, each guarded by an mbarrier, one wgmma in flight while the next tiles load.
     B_TRANSPOSED: b_desc holds B^T ([N, K], tiles [tile_n, tile_k] from row b_offset), read through a transposed
-    view of shared memory. The TriMul port's projections and contraction take it too."""
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, a_desc.block_type.shape[0], a_desc.block_type.shape[1]],
-                                       a_desc.layout)
+    view of shared memory. The TriMul port's projections and contraction take it too.
+    gate: a second accumulator, for the A tile's rows below acc's (the TriMul's gated projections: a projection's
+    and its gate's weights in one tile); then (acc, gate) is returned, each one wgmma a step."""
+    ROWS: gl.constexpr = acc.shape[0]
+    # A's tiles have acc's rows (and gate's); a_desc's box may have fewer (the rows that exist at small M), the rest
+    # unwritten: they make only rows of C past M, which the TMA store drops
+    if gate is None:
+        a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, ROWS, a_desc.block_type.shape[1]], a_desc.layout)
+    else:
+        a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * ROWS, a_desc.block_type.shape[1]],
+                                           a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, b_desc.block_type.shape[0], b_desc.block_type.shape[1]],
                                        b_desc.layout)
     loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -67,17 +80,25 @@ def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRAN
         stage = step % STAGES
         mbarrier.wait(loaded.index(stage), (step // STAGES) & 1)
         if B_TRANSPOSED:
-            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
+            b_tile = b_ring.index(stage).permute((1, 0))
         else:
-            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage), acc, is_async=True)
-        # at most this step's wgmma still runs: the step before has read its buffer, which now refills
-        acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
+            b_tile = b_ring.index(stage)
+        # at most this step's wgmma (or two) still runs: the step before has read its buffer, which now refills
+        if gate is None:
+            acc = warpgroup_mma(a_ring.index(stage), b_tile, acc, is_async=True)
+            acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
+        else:
+            acc = warpgroup_mma(a_ring.index(stage).slice(0, ROWS), b_tile, acc, is_async=True)
+            gate = warpgroup_mma(a_ring.index(stage).slice(ROWS, ROWS), b_tile, gate, is_async=True)
+            acc, gate, _, _ = warpgroup_mma_wait(2, deps=(acc, gate, a_ring.index(stage), b_ring.index(stage)))
         _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step + STAGES - 1, steps, STAGES,
                    B_TRANSPOSED)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
     for buffer in gl.static_range(STAGES):
         mbarrier.invalidate(loaded.index(buffer))
-    return acc
+    if gate is None:
+        return warpgroup_mma_wait(0, deps=(acc,))
+    else:
+        return warpgroup_mma_wait(0, deps=(acc, gate))
 
 
 @gluon.jit
@@ -147,7 +168,8 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     a, b = _tma_ready(a, m, padded_k), _tma_ready(b, padded_k, padded_n)
     c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
-    _matmul_kernel[grid](descriptor(a, [tiles.tile_m, tiles.tile_k]), descriptor(b, [tiles.tile_k, tiles.tile_n]),
+    a_rows = min(tiles.tile_m, max(8, triton.next_power_of_2(m)))  # A's rows that exist, to a power of two
+    _matmul_kernel[grid](descriptor(a, [a_rows, tiles.tile_k]), descriptor(b, [tiles.tile_k, tiles.tile_n]),
                          descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m,
                          STAGES=tiles.stages, num_warps=tiles.warps)
     return c if padded_n == n else c[:, :n]

@@ -4,9 +4,9 @@
    mean and centred sum of squares, merged as the Triton port does), written as fp16 `normed` [B*N*N, dim].
 2. `_gated_project_kernel`: per tile of 64 pairs and group (left, right: gated; out gate: not), W @ xn^T on wgmma
    over dim, through the matmul port's TMA ring (`gluon_kernels.matmul.k_loop`, xn read as a transposed B). A
-   gated group's projection and gate weights are adjacent rows of the stacked weights, so one product of
-   2 * hidden rows makes both; its halves meet through shared memory as projection * sigmoid(gate) * mask. The
-   out gate is sigmoid(projection). Written channel-major into `gated` [3 * B * hidden, N * N].
+   gated group's projection and gate weights are adjacent rows of the stacked weights, so one TMA tile of
+   2 * hidden rows feeds two accumulators (two wgmmas a step), which meet in registers as
+   projection * sigmoid(gate) * mask. The out gate is sigmoid(projection). Written channel-major into `gated` [3 * B * hidden, N * N].
 3. `_triangle_kernel`: per (b, h), product = left @ right^T in 128 x 128 tiles (64 x 64 where N is no multiple of
    128): the matmul port's K loop with right read as a transposed B, fp16 out.
 4. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), LayerNorm over hidden of the product's
@@ -77,7 +77,6 @@ def _gated_project_kernel(normed_desc, weight_desc, gated_desc, mask_ptr, batch,
     out_gate), in tiles of 2 * channels rows (GATED) or channels rows."""
     CHANNELS: gl.constexpr = gated_desc.block_type.shape[0]
     PAIRS: gl.constexpr = normed_desc.block_type.shape[0]
-    W_ROWS: gl.constexpr = weight_desc.block_type.shape[0]
     if GATED:
         group = gl.program_id(0) % 2
         row0 = (gl.program_id(0) // 2) * PAIRS
@@ -86,17 +85,15 @@ def _gated_project_kernel(normed_desc, weight_desc, gated_desc, mask_ptr, batch,
         row0 = gl.program_id(0) * PAIRS
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, PAIRS, 16])
-    acc = k_loop(weight_desc, normed_desc, 2 * group * CHANNELS, row0, DIM,
-                 gl.zeros([W_ROWS, PAIRS], gl.float32, layout), STAGES, True)
+    zeros = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
     b = row0 // pairs_per_batch
-    if GATED:  # the projection's rows and the gate's, apart through shared memory
-        halves = gl.allocate_shared_memory(gl.float32, [W_ROWS, PAIRS],
-                                           gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]), acc)
+    if GATED:  # the projection's rows and the gate's: one weight tile, two accumulators
+        projection, gate = k_loop(weight_desc, normed_desc, 2 * group * CHANNELS, row0, DIM, zeros, STAGES, True,
+                                  zeros)
         mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout)))
-        value = (halves.slice(0, CHANNELS).load(layout) * _sigmoid(halves.slice(CHANNELS, CHANNELS).load(layout))
-                 * mask[None, :])
+        value = projection * _sigmoid(gate) * mask[None, :]
     else:
-        value = _sigmoid(acc)
+        value = _sigmoid(k_loop(weight_desc, normed_desc, 4 * CHANNELS, row0, DIM, zeros, STAGES, True))
     store_tile(value, gated_desc, (group * batch + b) * CHANNELS, row0 - b * pairs_per_batch)
 
 
