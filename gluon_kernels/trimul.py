@@ -114,28 +114,33 @@ def _triangle_kernel(gated_desc, product_desc, batch_channels, SEQ: gl.constexpr
 
 
 @gluon.jit
-def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight_desc, out_desc, batch_channels,
-                             pairs_per_batch, eps, HIDDEN: gl.constexpr, CHANNELS: gl.constexpr,
-                             WIDTH: gl.constexpr, num_warps: gl.constexpr):
-    """product and the out gates channel-major, [B * channels, N * N]; weight_desc: to_out's weight transposed,
-    [channels, width], in [channels, tile_out] tiles; channels >= HIDDEN, the padded ones exactly 0 in the
-    product (see the module's docstring)."""
+def _out_norm_project_kernel(product_desc, gated_desc, gamma_ptr, beta_ptr, weight_desc, out_desc, batch_channels,
+                             pairs_per_batch, eps, HIDDEN: gl.constexpr, WIDTH: gl.constexpr,
+                             num_warps: gl.constexpr):
+    """product_desc and gated_desc channel-major, [B * channels, N * N] and [3 * B * channels, N * N], in
+    [channels, pairs] tiles; weight_desc: to_out's weight transposed, [channels, width], in [channels, tile_out]
+    tiles; channels >= HIDDEN, the padded ones exactly 0 in the product (see the module's docstring)."""
+    CHANNELS: gl.constexpr = product_desc.block_type.shape[0]
     TILE_OUT: gl.constexpr = weight_desc.block_type.shape[1]
     PAIRS: gl.constexpr = out_desc.block_type.shape[0]
     row0 = gl.program_id(0) * PAIRS
     b = row0 // pairs_per_batch
+    column = row0 - b * pairs_per_batch
+    inputs = gl.allocate_shared_memory(product_desc.dtype, [2, CHANNELS, PAIRS], product_desc.layout)
     weights = gl.allocate_shared_memory(weight_desc.dtype, [2, CHANNELS, TILE_OUT], weight_desc.layout)
-    loaded = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for buffer in gl.static_range(2):
-        mbarrier.init(loaded.index(buffer), count=1)
+    loaded = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())  # weight chunks; the inputs
+    for barrier in gl.static_range(3):
+        mbarrier.init(loaded.index(barrier), count=1)
+    mbarrier.expect(loaded.index(2), 2 * product_desc.block_type.nbytes)  # the product's tile and the out gate's
+    tma_load(product_desc, [b * CHANNELS, column], loaded.index(2), inputs.index(0))
+    tma_load(gated_desc, [2 * batch_channels + b * CHANNELS, column], loaded.index(2), inputs.index(1))
     mbarrier.expect(loaded.index(0), weight_desc.block_type.nbytes)  # the first chunk loads under the norm
     tma_load(weight_desc, [0, 0], loaded.index(0), weights.index(0))
 
-    tile: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])
+    tile: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     channel = gl.arange(0, CHANNELS, layout=gl.SliceLayout(1, tile))
-    offsets = ((b * CHANNELS + channel[:, None]) * pairs_per_batch + row0 - b * pairs_per_batch
-               + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, tile))[None, :])
-    product = gl.load(product_ptr + offsets).to(gl.float32)
+    mbarrier.wait(loaded.index(2), 0)
+    product = inputs.index(0).load(tile).to(gl.float32)
     mean = gl.sum(product, axis=0) / HIDDEN  # padded channels add 0 to the sum
     centred = product - mean[None, :]
     # and (0 - mean)^2 each to the sum of squares: taken back out
@@ -143,11 +148,9 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight
     rstd = 1.0 / gl.sqrt(squares / HIDDEN + eps)
     gamma = gl.load(gamma_ptr + channel)
     beta = gl.load(beta_ptr + channel)
-    gate = gl.load(gated_ptr + 2 * batch_channels * pairs_per_batch + offsets).to(gl.float32)
+    gate = inputs.index(1).load(tile).to(gl.float32)
     normed = (centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * gate
-    normed_smem = gl.allocate_shared_memory(gl.float16, [CHANNELS, PAIRS],
-                                            gl.NVMMASharedLayout.get_default_for([CHANNELS, PAIRS], gl.float16),
-                                            normed.to(gl.float16))
+    normed_smem = gl.allocate_shared_memory(gl.float16, [CHANNELS, PAIRS], product_desc.layout, normed.to(gl.float16))
     fence_async_shared()  # the tile's stores, before wgmma reads it
 
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -162,8 +165,8 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight
                             gl.zeros([PAIRS, TILE_OUT], gl.float32, layout), is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         store_tile(acc, out_desc, row0, chunk * TILE_OUT)
-    for buffer in gl.static_range(2):
-        mbarrier.invalidate(loaded.index(buffer))
+    for barrier in gl.static_range(3):
+        mbarrier.invalidate(loaded.index(barrier))
 
 
 def trimul(data, *, poison: bool = False) -> torch.Tensor:
@@ -207,11 +210,11 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     _triangle_kernel[((seq // tile) ** 2, batch * channels)](
         descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
         batch * channels, SEQ=seq, STAGES=CONTRACT_STAGES, num_warps=8 if tile == 128 else 4)
-    tile_out = _largest_power_of_two_dividing(dim, 128)
+    tile_out = _largest_power_of_two_dividing(dim, 64)
     _out_norm_project_kernel[(pairs // PAIRS,)](
-        product, gated, by_channel(weights["to_out_norm.weight"]).contiguous(),
-        by_channel(weights["to_out_norm.bias"]).contiguous(), descriptor(out_weight_t, [channels, tile_out]),
-        descriptor(out, [PAIRS, tile_out]), batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden,
-        CHANNELS=channels, WIDTH=dim, num_warps=4)
+        descriptor(product.view(batch * channels, seq * seq), [channels, PAIRS]), gated_desc,
+        by_channel(weights["to_out_norm.weight"]).contiguous(), by_channel(weights["to_out_norm.bias"]).contiguous(),
+        descriptor(out_weight_t, [channels, tile_out]), descriptor(out, [PAIRS, tile_out]), batch * channels,
+        seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=4)
     out = out.view(batch, seq, seq, dim)
     return out if seq == length else out[:, :length, :length].contiguous()
