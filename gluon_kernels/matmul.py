@@ -22,6 +22,7 @@ Differences the language forces, against the Triton port:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -130,10 +131,16 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
     store_tile(acc, c_desc, row, col)
 
 
+@functools.lru_cache(maxsize=None)
+def _shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The swizzled shared-memory layout that wgmma reads, for tiles of `block` (a function of the tile's shape and
+    type alone, kept: Gluon takes about 20 us of host time to work one out, several times a call)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), GL_TYPES[dtype])
+
+
 def descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A TMA descriptor of the tensor in `block` tiles, in the swizzled shared-memory layout that wgmma reads."""
-    layout = gl.NVMMASharedLayout.get_default_for(block, GL_TYPES[tensor.dtype])
-    return TensorDescriptor.from_tensor(tensor, block, layout)
+    return TensorDescriptor.from_tensor(tensor, block, _shared_layout(tuple(block), tensor.dtype))
 
 
 def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:

@@ -185,8 +185,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     pairs = batch * seq * seq
     allocate = scratch(x.device, poison)
 
-    def by_channel(w):  # hidden padded to `channels` with zeros
-        return torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
+    def by_channel(w):  # hidden padded to `channels` with zeros (no copy where none are padded)
+        return w if channels == hidden else torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
 
     proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).to(torch.float16)
     out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16).contiguous()
