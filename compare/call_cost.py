@@ -25,7 +25,11 @@ With --port WORKLOAD:IMPL, one real port's call from torch is taken apart instea
 - "from torch": the driver's "from torch" clock, custom_kernel's call (convert, call, convert back) inside it;
   "from torch, fresh tensors": the same on clones.
 The driver's "bridge" is "from torch" less "host clock"; the pieces say what of it is the conversions and what the
-call itself (a slower call on freshly converted arrays shows as "host clock" above "call, converted once").
+call itself (a slower call on freshly converted arrays shows as "host clock" above "call, converted once"). On a
+GPU, "kernels" (the driver's kernel timer) comes first, so the driver's "overhead" (host clock less kernels) is
+read in one process on one input, and the cudaMalloc column counts torch's caching allocator's trips to the device
+during each piece's calls (its warm-up included): a call whose buffers find no cached block pays for them inside
+the host clock, which no kernel time shows.
 Runs on a CPU too (no flush; the Pallas kernels in their interpreters), where the figures are the CPU's own and say
 nothing of a GPU's.
 """
@@ -44,6 +48,16 @@ INPUT_ARRAYS = 13  # a TriMul call's arrays: x, mask and 11 weights
 
 def _median_us(samples) -> float:
     return statistics.median(samples) * 1e6
+
+
+def _device_allocations(on_gpu: bool) -> int | None:
+    """How many times torch's caching allocator has gone to the device for memory (cudaMalloc) so far: a call that
+    finds no cached block pays for one inside the driver's host clock, and not in its kernel times."""
+    if not on_gpu:
+        return None
+    import torch
+
+    return torch.cuda.memory_stats().get("num_device_alloc")
 
 
 def between_synchronisations(call, on_gpu: bool, before=lambda: None):
@@ -208,7 +222,9 @@ def port_pieces(workload, case: dict, impl, on_gpu: bool):
         return lambda calls: _median_us([timed_call(how, function, framework, inputs(), sync)[1]
                                          for _ in range(calls)])
 
-    return [
+    kernels = [("kernels", "the port's kernels alone, the profiler's sum (the driver's kernel timer): the driver's "
+                "overhead is host clock less this", driver_clock("kernels"))] if on_gpu else []
+    return kernels + [
         ("to_framework", "the torch inputs to the port's framework, its arrays waited for",
          between_synchronisations(lambda: tree_leaves(to_framework(framework, data)), on_gpu, sync.flush)),
         ("call, converted once", "the port's function on arrays converted once beforehand",
@@ -286,15 +302,17 @@ def main(argv=None) -> int:
     else:
         measured = pieces(on_gpu)
     rows = []
-    print(f"{'piece':42} {'us a call':>10}  what it is")
+    print(f"{'piece':42} {'us a call':>10} {'cudaMalloc':>10}  what it is")
     for name, what, measure in measured:
+        before = _device_allocations(on_gpu)
         try:
             figure = measure(calls)
-            print(f"{name:42} {figure:10.1f}  {what}")
+            shown = f"{figure:10.1f}"
         except Exception as error:  # noqa: BLE001 - one piece's failure is reported; the others still run
-            figure = None
-            print(f"{name:42} {'failed':>10}  {what}: {error_text(error)}")
-        rows.append({"piece": name, "what": what, "us": figure})
+            figure, shown, what = None, f"{'failed':>10}", f"{what}: {error_text(error)}"
+        allocations = None if before is None else _device_allocations(on_gpu) - before
+        print(f"{name:42} {shown} {'-' if allocations is None else allocations:>10}  {what}")
+        rows.append({"piece": name, "what": what, "us": figure, "device_allocations": allocations})
         sys.stdout.flush()
     if args.json:
         args.json.write_text(json.dumps({"device": device_info(), "versions": versions(), "calls": calls, **about,
