@@ -6,12 +6,13 @@
    over dim, through the matmul port's TMA ring (`gluon_kernels.matmul.k_loop`, xn read as a transposed B). A
    gated group's projection and gate weights are adjacent rows of the stacked weights, so one TMA tile of
    2 * hidden rows feeds two accumulators (two wgmmas a step), which meet in registers as
-   projection * sigmoid(gate) * mask. The out gate is sigmoid(projection). Written channel-major into `gated` [3 * B * hidden, N * N].
+   projection * sigmoid(gate) * mask. The out gate is sigmoid(projection). Written channel-major into `gated`
+   [3 * B * hidden, N * N].
 3. `_triangle_kernel`: per (b, h), product = left @ right^T in 128 x 128 tiles (64 x 64 where N is no multiple of
    128): the matmul port's K loop with right read as a transposed B, fp16 out.
-4. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), LayerNorm over hidden of the product's
-   [hidden, 64] tile, times the out gate, stored to shared memory as fp16, then the output projection on wgmma
-   with that tile as a transposed A, in chunks of dim, float32 out.
+4. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), the product's and the out gate's [hidden, 64]
+   tiles by TMA, LayerNorm over hidden times the out gate, stored to shared memory as fp16, then the output
+   projection on wgmma with that tile as a transposed A, in 64-wide chunks of dim, float32 out.
 
 Differences the language forces, against the Triton port:
 - wgmma takes at least 64 rows, and its shared-memory tiles tile whole arrays: N is padded to a multiple of 64
