@@ -435,6 +435,9 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                     floor = max(flops / info["ceilings"]["flops"], min_bytes / info["ceilings"]["bytes"])
                     result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
             recorder.record["results"].append(result)
+            # the summary so far, with every result: a run stopped before its end (a time limit, say) keeps one;
+            # "finished" is written only at the end
+            recorder.record["summary"] = summarise(recorder.record, workload.baseline)
             recorder.save()
             if impl.ported and result["status"] == "pass":
                 ported[impl.name] = first

@@ -33,6 +33,12 @@ def twice_slowly(x):
     return 2 * x
 
 
+def twice_then_stopped(x):
+    if x.numel() > 50:  # the second case: the run is stopped from outside, as a time limit stops it
+        raise KeyboardInterrupt
+    return 2 * x
+
+
 def workload(*extra):
     cases = [dict(n=n, seed=n) for n in (3, 100)]
     return Workload(
@@ -193,6 +199,18 @@ def test_the_table_fits_100_columns_and_cuts_nothing(record_file):
     assert max(len(line) for line in lines) <= 100 and not any("…" in line for line in lines)
     assert any("FAIL: finding" in line for line in lines) == any(
         p["passed"] is False and p["backend"] == "library" for p in record.get("properties", []))
+
+
+def test_a_run_stopped_before_its_end_keeps_its_results_and_their_summary(tmp_path):
+    registered = workload(Implementation("stopped", "torch", "triton", "stopped",
+                                         "tests.test_ports:twice_then_stopped"))
+    with pytest.raises(KeyboardInterrupt):
+        run(registered, ["stopped"], ["smoke"], tmp_path / "run.json", Settings(timed=False),
+            progress=lambda message: None)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert [(r["case"], r["status"]) for r in record["results"]] == [("n3", "pass")]
+    assert record["summary"]["smoke"]["stopped"] == {"cases": 1, "passed": 1, "skipped": 0}
+    assert "finished" not in record
 
 
 def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monkeypatch):
