@@ -54,21 +54,16 @@ def _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step, st
 
 
 @gluon.jit
-def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRANSPOSED: gl.constexpr, gate=None):
+def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRANSPOSED: gl.constexpr):
     """acc + A[a_row:, :K] @ B[:K, b_offset:] over the descriptors' tiles, K walked in order in 16-deep wgmma steps:
     TMA fills a ring of STAGES buffers, each guarded by an mbarrier, one wgmma in flight while the next tiles load.
     B_TRANSPOSED: b_desc holds B^T ([N, K], tiles [tile_n, tile_k] from row b_offset), read through a transposed
-    view of shared memory. The TriMul port's projections and contraction take it too.
-    gate: a second accumulator, for the A tile's rows below acc's (the TriMul's gated projections: a projection's
-    and its gate's weights in one tile); then (acc, gate) is returned, each one wgmma a step."""
+    view of shared memory. The TriMul port's contraction takes it too."""
+    gl.static_assert(STAGES >= 2, "the ring's first wait needs a tile loaded before it")
     ROWS: gl.constexpr = acc.shape[0]
-    # A's tiles have acc's rows (and gate's); a_desc's box may have fewer (the rows that exist at small M), the rest
+    # A's tiles have acc's rows; a_desc's box may have fewer (the rows that exist at small M), the rest
     # unwritten: they make only rows of C past M, which the TMA store drops
-    if gate is None:
-        a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, ROWS, a_desc.block_type.shape[1]], a_desc.layout)
-    else:
-        a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * ROWS, a_desc.block_type.shape[1]],
-                                           a_desc.layout)
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, ROWS, a_desc.block_type.shape[1]], a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, b_desc.block_type.shape[0], b_desc.block_type.shape[1]],
                                        b_desc.layout)
     loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -84,22 +79,14 @@ def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRAN
             b_tile = b_ring.index(stage).permute((1, 0))
         else:
             b_tile = b_ring.index(stage)
-        # at most this step's wgmma (or two) still runs: the step before has read its buffer, which now refills
-        if gate is None:
-            acc = warpgroup_mma(a_ring.index(stage), b_tile, acc, is_async=True)
-            acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
-        else:
-            acc = warpgroup_mma(a_ring.index(stage).slice(0, ROWS), b_tile, acc, is_async=True)
-            gate = warpgroup_mma(a_ring.index(stage).slice(ROWS, ROWS), b_tile, gate, is_async=True)
-            acc, gate, _, _ = warpgroup_mma_wait(2, deps=(acc, gate, a_ring.index(stage), b_ring.index(stage)))
+        # at most this step's wgmma still runs: the step before has read its buffer, which now refills
+        acc = warpgroup_mma(a_ring.index(stage), b_tile, acc, is_async=True)
+        acc, _, _ = warpgroup_mma_wait(1, deps=(acc, a_ring.index(stage), b_ring.index(stage)))
         _load_step(a_desc, b_desc, a_ring, b_ring, loaded, a_row, b_offset, step + STAGES - 1, steps, STAGES,
                    B_TRANSPOSED)
     for buffer in gl.static_range(STAGES):
         mbarrier.invalidate(loaded.index(buffer))
-    if gate is None:
-        return warpgroup_mma_wait(0, deps=(acc,))
-    else:
-        return warpgroup_mma_wait(0, deps=(acc, gate))
+    return warpgroup_mma_wait(0, deps=(acc,))
 
 
 @gluon.jit

@@ -1,16 +1,14 @@
 """TriMul in Gluon: the four stages of triton_kernels/trimul.py, with Hopper's parts written out.
 
-1. `_layer_norm_kernel`: per tile of 32 pairs (b, i, k), LayerNorm over dim in one pass over x (per-chunk
-   mean and centred sum of squares, merged as the Triton port does), written as fp16 `normed` [B*N*N, dim].
-2. `_gated_project_kernel`: per tile of 64 pairs and group (left, right: gated; out gate: not), W @ xn^T on wgmma
-   over dim, through the matmul port's TMA ring (`gluon_kernels.matmul.k_loop`, xn read as a transposed B). A
-   gated group's projection and gate weights are adjacent rows of the stacked weights, so one TMA tile of
-   2 * hidden rows feeds two accumulators (two wgmmas a step), which meet in registers as
-   projection * sigmoid(gate) * mask. The out gate is sigmoid(projection). Written channel-major into `gated`
-   [3 * B * hidden, N * N].
-3. `_triangle_kernel`: per (b, h), product = left @ right^T in 128 x 128 tiles (64 x 64 where N is no multiple of
-   128): the matmul port's K loop with right read as a transposed B, fp16 out.
-4. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), the product's and the out gate's [hidden, 64]
+1. `_norm_project_kernel`: per tile of 64 pairs (b, i, k), LayerNorm over dim (per-chunk mean and centred sum
+   of squares, merged as the Triton port does) into shared memory as fp16, kept there as wgmma's B operand in
+   dim chunks; all five [hidden, dim] weight blocks stream through a TMA ring, one [hidden, 64] tile a step, in a
+   static schedule. A gated group's projection and gate are two accumulators that meet in registers as
+   projection * sigmoid(gate) * mask; the out gate is sigmoid(projection). Written channel-major into `gated`
+   [3 * B * hidden, N * N]: the normed tensor never reaches global memory.
+2. `_triangle_kernel`: per (b, h), product = left @ right^T in 128 x 128 tiles (64 x 64 where N is no multiple of
+   128): the matmul port's K loop (`gluon_kernels.matmul.k_loop`) with right read as a transposed B, fp16 out.
+3. `_out_norm_project_kernel`: per tile of 64 pairs (b, i, j), the product's and the out gate's [hidden, 64]
    tiles by TMA, LayerNorm over hidden times the out gate, stored to shared memory as fp16, then the output
    projection on wgmma with that tile as a transposed A, in 64-wide chunks of dim, float32 out.
 
@@ -19,9 +17,10 @@ Differences the language forces, against the Triton port:
   (not 16), hidden to at least 64 channels (zero weights: a padded channel is exactly 0 in left, right and the
   product, and its out-norm weight and bias are 0), and every tile of pairs is 64 pairs (the Triton port's 128),
   as in the Mosaic GPU port.
-- A TMA copy's expected bytes are a compile-time constant, so the gated groups (two weight tiles a step) and the
-  out gate (one) are two launches of one kernel rather than one launch with a group per program.
 - The mask is given to the kernel as float32.
+
+Not forced by the language: the LayerNorm and the projections are one kernel here, two in the other ports (their
+normed tensor goes through global memory). Same arithmetic, the same fp16 normed values: the bits did not move.
 """
 from __future__ import annotations
 
@@ -34,10 +33,9 @@ from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_div
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 PAIRS = 64  # pairs per program in the projection and output kernels: one warpgroup's wgmma rows
-NORM_ROWS = 32  # pairs per program in the LayerNorm kernel
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
-PROJECT_STAGES = 2  # the projection's ring: two CTAs an SM, as in the Mosaic GPU port
 CONTRACT_STAGES = 3
+NORM_PROJECT_STAGES = 3  # the weights' TMA ring
 
 
 @gluon.jit
@@ -46,14 +44,42 @@ def _sigmoid(v):
 
 
 @gluon.jit
-def _layer_norm_kernel(x_ptr, gamma_ptr, beta_ptr, normed_ptr, eps, DIM: gl.constexpr, ROWS: gl.constexpr,
-                       TILE_DIM: gl.constexpr, num_warps: gl.constexpr):
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
-    rows = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, TILE_DIM, layout=gl.SliceLayout(0, layout))
+def _load_weight_tile(weight_desc, w_ring, loaded, step, CHUNKS: gl.constexpr, STAGES: gl.constexpr):
+    """Step `step` of the norm-projection's static schedule: weight block step // CHUNKS (left_proj, left_gate,
+    right_proj, right_gate, out_gate), its chunk step % CHUNKS of dim, into ring slot step % STAGES."""
+    CHANNELS: gl.constexpr = weight_desc.block_type.shape[0]
+    TILE_DIM: gl.constexpr = weight_desc.block_type.shape[1]
+    slot = step % STAGES
+    mbarrier.expect(loaded.index(slot), weight_desc.block_type.nbytes)
+    tma_load(weight_desc, [(step // CHUNKS) * CHANNELS, (step % CHUNKS) * TILE_DIM], loaded.index(slot),
+             w_ring.index(slot))
+
+
+@gluon.jit
+def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_desc, gated_desc, batch, pairs_per_batch, eps,
+                         DIM: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """LayerNorm and all five projections of a tile of 64 pairs: the normed tile is made once, kept in shared
+    memory as wgmma's B operand (fp16, in dim chunks), and the weights stream through a TMA ring one [channels,
+    tile_dim] tile a step, in a static schedule; the gated groups' projection and gate are two accumulators."""
+    CHANNELS: gl.constexpr = weight_desc.block_type.shape[0]
+    TILE_DIM: gl.constexpr = weight_desc.block_type.shape[1]
+    PAIRS: gl.constexpr = gated_desc.block_type.shape[1]
+    CHUNKS: gl.constexpr = DIM // TILE_DIM
+    gl.static_assert(STAGES >= 2, "the ring's first wait needs a tile loaded before it")
+    row0 = gl.program_id(0) * PAIRS
+    w_ring = gl.allocate_shared_memory(weight_desc.dtype, [STAGES, CHANNELS, TILE_DIM], weight_desc.layout)
+    loaded = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for buffer in gl.static_range(STAGES):
+        mbarrier.init(loaded.index(buffer), count=1)
+    for first in gl.static_range(STAGES - 1):  # the first weight tiles load under the norm
+        _load_weight_tile(weight_desc, w_ring, loaded, first, CHUNKS, STAGES)
+
+    blocked: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    rows = row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(1, blocked))
+    cols = gl.arange(0, TILE_DIM, layout=gl.SliceLayout(0, blocked))
     x_rows = x_ptr + rows[:, None] * DIM + cols[None, :]
-    mean = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
-    m2 = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
+    mean = gl.zeros([PAIRS], gl.float32, gl.SliceLayout(1, blocked))
+    m2 = gl.zeros([PAIRS], gl.float32, gl.SliceLayout(1, blocked))
     for d0 in gl.static_range(0, DIM, TILE_DIM):  # chunk statistics merged as Chan et al. do
         x = gl.load(x_rows + d0)
         chunk_mean = gl.sum(x, axis=1) / TILE_DIM
@@ -63,39 +89,45 @@ def _layer_norm_kernel(x_ptr, gamma_ptr, beta_ptr, normed_ptr, eps, DIM: gl.cons
         mean += delta * (TILE_DIM / seen)
         m2 += gl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
     rstd = 1.0 / gl.sqrt(m2 / DIM + eps)
-    for d0 in gl.static_range(0, DIM, TILE_DIM):
-        x = gl.load(x_rows + d0)
-        gamma = gl.load(gamma_ptr + d0 + cols)
-        beta = gl.load(beta_ptr + d0 + cols)
-        normed = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
-        gl.store(normed_ptr + rows[:, None] * DIM + d0 + cols[None, :], normed.to(gl.float16))
+    xn_smem = gl.allocate_shared_memory(gl.float16, [CHUNKS, PAIRS, TILE_DIM],
+                                        gl.NVMMASharedLayout.get_default_for([PAIRS, TILE_DIM], gl.float16))
+    for chunk in gl.static_range(CHUNKS):
+        x = gl.load(x_rows + chunk * TILE_DIM)
+        gamma = gl.load(gamma_ptr + chunk * TILE_DIM + cols)
+        beta = gl.load(beta_ptr + chunk * TILE_DIM + cols)
+        xn_smem.index(chunk).store(((x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :])
+                                   .to(gl.float16))
+    fence_async_shared()  # the normed tile's stores, before wgmma reads it
 
-
-@gluon.jit
-def _gated_project_kernel(normed_desc, weight_desc, gated_desc, mask_ptr, batch, pairs_per_batch,
-                          DIM: gl.constexpr, GATED: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """weight_desc: the stacked weights [5 * channels, dim] (left_proj, left_gate, right_proj, right_gate,
-    out_gate), in tiles of 2 * channels rows (GATED) or channels rows."""
-    CHANNELS: gl.constexpr = gated_desc.block_type.shape[0]
-    PAIRS: gl.constexpr = normed_desc.block_type.shape[0]
-    if GATED:
-        group = gl.program_id(0) % 2
-        row0 = (gl.program_id(0) // 2) * PAIRS
-    else:
-        group = 2
-        row0 = gl.program_id(0) * PAIRS
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, PAIRS, 16])
-    zeros = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
     b = row0 // pairs_per_batch
-    if GATED:  # the projection's rows and the gate's: one weight tile, two accumulators
-        projection, gate = k_loop(weight_desc, normed_desc, 2 * group * CHANNELS, row0, DIM, zeros, STAGES, True,
-                                  zeros)
-        mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout)))
-        value = projection * _sigmoid(gate) * mask[None, :]
-    else:
-        value = _sigmoid(k_loop(weight_desc, normed_desc, 4 * CHANNELS, row0, DIM, zeros, STAGES, True))
-    store_tile(value, gated_desc, (group * batch + b) * CHANNELS, row0 - b * pairs_per_batch)
+    mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout)))
+    for group in gl.static_range(3):  # left, right (gated), out gate
+        projection = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
+        gate = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
+        for part in gl.static_range(2 if group < 2 else 1):
+            for chunk in gl.static_range(CHUNKS):
+                step = (2 * group + part) * CHUNKS + chunk
+                slot = step % STAGES
+                mbarrier.wait(loaded.index(slot), (step // STAGES) & 1)
+                if part == 0:
+                    projection = warpgroup_mma(w_ring.index(slot), xn_smem.index(chunk).permute((1, 0)), projection,
+                                               is_async=True)
+                    projection = warpgroup_mma_wait(0, deps=(projection,))
+                else:
+                    gate = warpgroup_mma(w_ring.index(slot), xn_smem.index(chunk).permute((1, 0)), gate,
+                                         is_async=True)
+                    gate = warpgroup_mma_wait(0, deps=(gate,))
+                if step + STAGES - 1 < 5 * CHUNKS:  # the slot the step before read, refilled
+                    _load_weight_tile(weight_desc, w_ring, loaded, step + STAGES - 1, CHUNKS, STAGES)
+        if group < 2:
+            value = projection * _sigmoid(gate) * mask[None, :]
+        else:
+            value = _sigmoid(projection)
+        store_tile(value, gated_desc, (group * batch + b) * CHANNELS, row0 - b * pairs_per_batch)
+    for buffer in gl.static_range(STAGES):
+        mbarrier.invalidate(loaded.index(buffer))
 
 
 @gluon.jit
@@ -191,22 +223,16 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
 
     proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).to(torch.float16)
     out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16).contiguous()
-    normed = allocate((pairs, dim), torch.float16)
     gated = allocate((3 * batch * channels, seq * seq), torch.float16)
     product = allocate((batch * channels * seq, seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
 
     tile_dim = _largest_power_of_two_dividing(dim, 64)
-    _layer_norm_kernel[(pairs // NORM_ROWS,)](
-        x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
-        LAYER_NORM_EPS, DIM=dim, ROWS=NORM_ROWS, TILE_DIM=tile_dim, num_warps=4)
-    normed_desc = descriptor(normed, [PAIRS, tile_dim])
     gated_desc = descriptor(gated, [channels, PAIRS])
-    mask = mask.reshape(pairs).to(torch.float32)
-    for rows, grid in ((2 * channels, 2 * pairs // PAIRS), (channels, pairs // PAIRS)):  # gated groups, out gate
-        _gated_project_kernel[(grid,)](
-            normed_desc, descriptor(proj_weight, [rows, tile_dim]), gated_desc, mask, batch, seq * seq, DIM=dim,
-            GATED=rows == 2 * channels, STAGES=PROJECT_STAGES, num_warps=4)
+    _norm_project_kernel[(pairs // PAIRS,)](
+        x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
+        mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tile_dim]), gated_desc, batch,
+        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=NORM_PROJECT_STAGES, num_warps=4)
     tile = _largest_power_of_two_dividing(seq, 128)
     _triangle_kernel[((seq // tile) ** 2, batch * channels)](
         descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
