@@ -1,4 +1,4 @@
-"""TriMul in Gluon: the four stages of triton_kernels/trimul.py, with Hopper's parts written out.
+"""TriMul in Gluon: the stages of triton_kernels/trimul.py in three kernels, with Hopper's parts written out.
 
 1. `_norm_project_kernel`: per tile of 64 pairs (b, i, k), LayerNorm over dim (per-chunk mean and centred sum
    of squares, merged as the Triton port does) into shared memory as fp16, kept there as wgmma's B operand in
