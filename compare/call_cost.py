@@ -21,6 +21,10 @@ With --port WORKLOAD:IMPL, one real port's call from torch is taken apart instea
 - "host clock": the driver's own host clock (its timed_call), the inputs converted just before, outside the
   clock; "host clock, fresh tensors": the same on clones of the torch inputs, fresh memory each call, as the
   driver's timed inputs are (its `vary` makes new tensors for every timed call);
+- "host clock, 20 ms away": the driver's host clock after 20 ms of other host work (a busy loop): its checks and
+  input gathers put about that much between two timed calls, and a port's host path (Python, torch, the
+  launcher) runs slower after it, cold, than right after its own last call; "..., one call before": the same
+  with an untimed call of the port just before the timed one, which warms that path again;
 - "to_torch": the port's output converted back to torch;
 - "from torch": the driver's "from torch" clock, custom_kernel's call (convert, call, convert back) inside it;
   "from torch, fresh tensors": the same on clones.
@@ -44,6 +48,7 @@ import time
 from pathlib import Path
 
 INPUT_ARRAYS = 13  # a TriMul call's arrays: x, mask and 11 weights
+AWAY_MS = 20  # about what the driver's output check and input gather take between two timed TriMul calls
 
 
 def _median_us(samples) -> float:
@@ -218,9 +223,15 @@ def port_pieces(workload, case: dict, impl, on_gpu: bool):
     def fresh():  # the torch inputs cloned: new memory, as the driver's timed inputs are
         return tree_map(lambda value: value.clone() if isinstance(value, torch.Tensor) else value, data)
 
-    def driver_clock(how, inputs=lambda: data):  # the driver's own timed_call, inputs made outside the clock
-        return lambda calls: _median_us([timed_call(how, function, framework, inputs(), sync)[1]
-                                         for _ in range(calls)])
+    def driver_clock(how, inputs=lambda: data, before=lambda: None):
+        """The driver's own timed_call, inputs made outside the clock, `before()` ahead of each call."""
+        def measure(calls):
+            samples = []
+            for _ in range(calls):
+                before()
+                samples.append(timed_call(how, function, framework, inputs(), sync)[1])
+            return _median_us(samples)
+        return measure
 
     kernels = [("kernels", "the port's kernels alone, the profiler's sum (the driver's kernel timer): the driver's "
                 "overhead is host clock less this", driver_clock("kernels"))] if on_gpu else []
@@ -233,12 +244,25 @@ def port_pieces(workload, case: dict, impl, on_gpu: bool):
          driver_clock("host")),
         ("host clock, fresh tensors", "the same, the torch inputs cloned first (fresh memory, as the driver's)",
          driver_clock("host", fresh)),
+        (f"host clock, {AWAY_MS} ms away", f"the same after {AWAY_MS} ms of other host work (a busy loop), as "
+         "the driver's checks and input gathers come between its timed calls",
+         driver_clock("host", before=lambda: _busy(AWAY_MS / 1e3))),
+        (f"host clock, {AWAY_MS} ms away, one call before", "the same with an untimed call of the port just "
+         "before the timed one", driver_clock("host", before=lambda: (_busy(AWAY_MS / 1e3),
+                                                                      sync.wait(function(converted))))),
         ("to_torch", "the port's output back to torch",
          between_synchronisations(lambda: to_torch(output), on_gpu, sync.flush)),
         ("from torch", "convert, call, convert back (custom_kernel): the driver's 'from torch' clock",
          driver_clock("from torch")),
         ("from torch, fresh tensors", "the same, the torch inputs cloned first", driver_clock("from torch", fresh)),
     ]
+
+
+def _busy(seconds: float) -> None:
+    """Keep the host busy (not asleep) for `seconds`."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def _pallas_add_ones(on_gpu: bool):

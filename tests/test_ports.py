@@ -261,8 +261,9 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
     saved = json.loads((tmp_path / "p.json").read_text())
     figures = {row["piece"]: row["us"] for row in saved["pieces"]}
     assert status == 0 and saved["port"] == "trimul:pallas" and saved["case"] == "n16-b1-d32-h32-normal-nomask"
-    assert {"to_framework", "call, converted once", "host clock", "host clock, fresh tensors", "to_torch",
-            "from torch", "from torch, fresh tensors"} == set(figures)
+    assert {"to_framework", "call, converted once", "host clock", "host clock, fresh tensors",
+            "host clock, 20 ms away", "host clock, 20 ms away, one call before", "to_torch", "from torch",
+            "from torch, fresh tensors"} == set(figures)
     assert all(figure is not None and figure > 0 for figure in figures.values()), figures
     assert len(capsys.readouterr().out.splitlines()) == len(figures) + 2
 
