@@ -114,16 +114,18 @@ def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_desc, gate
                 if part == 0:
                     projection = warpgroup_mma(w_ring.index(slot), xn_smem.index(chunk).permute((1, 0)), projection,
                                                is_async=True)
-                    projection = warpgroup_mma_wait(0, deps=(projection,))
+                    projection = warpgroup_mma_wait(1, deps=(projection,))
                 else:
                     gate = warpgroup_mma(w_ring.index(slot), xn_smem.index(chunk).permute((1, 0)), gate,
                                          is_async=True)
-                    gate = warpgroup_mma_wait(0, deps=(gate,))
-                if step + STAGES - 1 < 5 * CHUNKS:  # the slot the step before read, refilled
+                    gate = warpgroup_mma_wait(1, deps=(gate,))
+                if step + STAGES - 1 < 5 * CHUNKS:  # the slot the step before read (its wgmma done), refilled
                     _load_weight_tile(weight_desc, w_ring, loaded, step + STAGES - 1, CHUNKS, STAGES)
         if group < 2:
+            projection, gate = warpgroup_mma_wait(0, deps=(projection, gate))
             value = projection * _sigmoid(gate) * mask[None, :]
         else:
+            projection = warpgroup_mma_wait(0, deps=(projection,))
             value = _sigmoid(projection)
         store_tile(value, gated_desc, (group * batch + b) * CHANNELS, row0 - b * pairs_per_batch)
     for buffer in gl.static_range(STAGES):
