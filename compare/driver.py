@@ -93,13 +93,16 @@ def device_info():
 
 
 def versions():
-    """The frameworks' versions, the CUDA builds they carry where there is a GPU, and the NVIDIA driver's."""
+    """The frameworks' versions, the CUDA builds they carry where there is a GPU, and the NVIDIA driver's. A
+    framework not yet imported is read from its installed metadata, not imported: a run of torch ports does not
+    load JAX."""
     import importlib.metadata
 
     found = {"python": platform.python_version()}
     for module in ("torch", "triton", "jax", "jaxlib", "numpy"):
         try:
-            found[module] = __import__(module).__version__
+            found[module] = (sys.modules[module].__version__ if module in sys.modules
+                             else importlib.metadata.version(module))
         except Exception:  # noqa: BLE001 - a missing framework is reported, not fatal
             found[module] = None
     for distribution in ("jax-cuda13-plugin", "jax-cuda12-plugin"):

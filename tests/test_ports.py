@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import pathlib
 import subprocess
+import sys
 import time
 
 import pytest
@@ -85,6 +86,15 @@ def test_needs_name_what_is_missing(monkeypatch):
 def test_versions_compare_as_numbers():
     assert ports._version_tuple("0.11.2") > ports._version_tuple("0.9")
     assert ports._version_tuple("2.13.0+cpu") == (2, 13, 0) and ports._version_tuple("3.6.0rc1") == (3, 6, 0)
+
+
+def test_the_recorded_versions_do_not_load_a_framework_the_run_does_not_use():
+    # a run of torch ports records JAX's version without importing JAX (its runtime would share the process)
+    pytest.importorskip("jax")
+    code = ("import sys; from compare.driver import versions; found = versions(); "
+            "print(found['jax'], 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [importlib.metadata.version("jax"), "False"]
 
 
 def test_driver_skips_what_cannot_run_and_compares_every_pair_of_ports(tmp_path):
