@@ -7,7 +7,9 @@ The driver's host clock starts after an L2 flush and a device-wide synchronisati
 synchronisation, so a port's "overhead" (host clock minus its kernels) holds the port's own host work and also the
 clock's: a launch onto an idle GPU and a synchronisation round trip. A JAX call adds its dispatch, and a call from
 torch the DLPack conversions both ways. Each is measured here alone, on a one-element add, so that a port's overhead
-can be read against them. Each figure is the median of --calls, in microseconds:
+can be read against them: a launch of each language's kernel (Triton's launcher; Gluon's, bare and with one TMA
+descriptor made for the call, on a GPU only), a JAX dispatch, DLPack each way. Each figure is the median of
+--calls, in microseconds:
 - "back-to-back": --calls calls, then one synchronisation, divided by the calls: the host's cost of a call when
   the device keeps up (what a caller in a loop pays);
 - "between synchronisations": one call from an idle, synchronised device to the end of its work, as the driver
@@ -130,6 +132,7 @@ def pieces(on_gpu: bool):
     native = to_framework("jax", tensor)
     natives = to_framework("jax", many)
     pallas_triton, mosaic_gpu = _pallas_add_ones(on_gpu)
+    triton_add = _triton_add_one()
     try:  # the stream JAX hands a DLPack producer, as jax.dlpack.from_dlpack asks for it
         jax_stream = native.devices().pop().get_stream_for_external_ready_events() if on_gpu else None
     except Exception:  # noqa: BLE001 - a backend without external streams
@@ -151,6 +154,11 @@ def pieces(on_gpu: bool):
          back_to_back(lambda: pallas_triton(native))),
         ("pallas-triton, between synchronisations", "the same, clocked as the driver clocks a call",
          between_synchronisations(lambda: pallas_triton(native), on_gpu)),
+        ("triton, back-to-back", "a Triton kernel adding one (a pointer and a size): Triton's launcher",
+         back_to_back(lambda: triton_add(tensor))),
+        ("triton, between synchronisations", "the same, clocked as the driver clocks a call",
+         between_synchronisations(lambda: triton_add(tensor), on_gpu)),
+        *(_gluon_pieces(back_to_back, alone) if on_gpu else []),
         ("mosaic-gpu, back-to-back", "a Pallas kernel on Mosaic GPU adding one",
          back_to_back(lambda: mosaic_gpu(native))),
         ("dlpack torch to jax, 1 array", "jax.dlpack.from_dlpack of a torch tensor",
@@ -263,6 +271,50 @@ def _busy(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def _triton_add_one():
+    """A one-element Triton kernel adding one in place, launched on a tensor (the interpreter's without a GPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(pointer, size, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(pointer + offsets, tl.load(pointer + offsets, mask=offsets < size) + 1, mask=offsets < size)
+
+    def call(tensor):
+        add_one[(1,)](tensor, tensor.numel(), BLOCK=16)
+        return tensor
+    return call
+
+
+def _gluon_pieces(back_to_back, alone) -> list:
+    """Gluon launches (GPU only: no interpreter runs Gluon): an empty kernel taking a pointer, and one taking a TMA
+    descriptor made for each call as the Gluon ports make theirs (the layout kept, the descriptor new), so the
+    difference is what one descriptor adds to a call: its construction and the launcher's encoding of it."""
+    import torch
+
+    from gluon_kernels import gluon
+    from gluon_kernels.matmul import descriptor
+
+    @gluon.jit
+    def takes_a_pointer(pointer):
+        pass
+
+    @gluon.jit
+    def takes_a_descriptor(desc):
+        pass
+
+    tile = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
+    return [
+        ("gluon, back-to-back", "an empty Gluon kernel taking a pointer", back_to_back(
+            lambda: takes_a_pointer[(1,)](tile))),
+        ("gluon with a TMA descriptor, back-to-back", "an empty Gluon kernel taking a [64, 64] fp16 TMA descriptor, "
+         "made for the call", back_to_back(lambda: takes_a_descriptor[(1,)](descriptor(tile, [64, 64])))),
+        ("  of which the descriptor", "gluon_kernels.matmul.descriptor alone (host work)",
+         alone(lambda: descriptor(tile, [64, 64]))),
+    ]
 
 
 def _pallas_add_ones(on_gpu: bool):
