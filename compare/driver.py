@@ -95,7 +95,7 @@ def device_info():
 def versions():
     """The frameworks' versions, the CUDA builds they carry where there is a GPU, and the NVIDIA driver's. A
     framework not yet imported is read from its installed metadata, not imported: a run of torch ports does not
-    load JAX."""
+    load JAX (one installed under another distribution's name, as pytorch-triton, is imported to be read)."""
     import importlib.metadata
 
     found = {"python": platform.python_version()}
@@ -103,8 +103,11 @@ def versions():
         try:
             found[module] = (sys.modules[module].__version__ if module in sys.modules
                              else importlib.metadata.version(module))
-        except Exception:  # noqa: BLE001 - a missing framework is reported, not fatal
-            found[module] = None
+        except importlib.metadata.PackageNotFoundError:
+            try:
+                found[module] = __import__(module).__version__
+            except Exception:  # noqa: BLE001 - a missing framework is reported, not fatal
+                found[module] = None
     for distribution in ("jax-cuda13-plugin", "jax-cuda12-plugin"):
         try:
             found[distribution] = importlib.metadata.version(distribution)

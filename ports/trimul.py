@@ -265,7 +265,8 @@ class TriMulTiling:
     rows: pairs (b, i, k) per program in the projection and output kernels; norm_rows: pairs per
     program in the LayerNorm kernel (fewer, so its [rows, dim] block stays in registers); tile_dim: the chunk of dim
     reduced per step in the projections; tile_out: the chunk of dim written per step of the
-    output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles.
+    output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles. Where dim <= 128 the Triton
+    port's output kernel takes 64 rows and 4 warps instead of rows and output_warps (triton_kernels/trimul.py).
     """
 
     rows: int
