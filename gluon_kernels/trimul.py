@@ -231,10 +231,12 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
 
     tile_dim = _largest_power_of_two_dividing(dim, 64)
     gated_desc = descriptor(gated, [channels, PAIRS])
+    # two warpgroups split a projection's channels where they come in 128s: 114 registers at dim 128, not 198
+    project_warps = 8 if channels % 128 == 0 else 4
     _norm_project_kernel[(pairs // PAIRS,)](
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
         mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tile_dim]), gated_desc, batch,
-        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=NORM_PROJECT_STAGES, num_warps=4)
+        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=NORM_PROJECT_STAGES, num_warps=project_warps)
     tile = _largest_power_of_two_dividing(seq, 128)
     _triangle_kernel[((seq // tile) ** 2, batch * channels)](
         descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
