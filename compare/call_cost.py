@@ -1,14 +1,14 @@
 """What a call costs besides its kernels: each piece of the driver's timed call, measured alone on a trivial kernel.
 
     python -m compare.call_cost [--calls 200] [--json FILE]
-    python -m compare.call_cost --port trimul:pallas --case bench:0 [--calls 20] [--json FILE]
+    python -m compare.call_cost --port trimul:pallas --case bench:0 [--calls 20] [--profile] [--json FILE]
 
 The driver's host clock starts after an L2 flush and a device-wide synchronisation and stops at the next
 synchronisation, so a port's "overhead" (host clock minus its kernels) holds the port's own host work and also the
 clock's: a launch onto an idle GPU and a synchronisation round trip. A JAX call adds its dispatch, and a call from
 torch the DLPack conversions both ways. Each is measured here alone, on a one-element add, so that a port's overhead
 can be read against them: a launch of each language's kernel (Triton's launcher; Gluon's, bare and with one TMA
-descriptor made for the call, on a GPU only), a JAX dispatch, DLPack each way. Each figure is the median of
+descriptor made for the call or made once, on a GPU only), a JAX dispatch, DLPack each way. Each figure is the median of
 --calls, in microseconds:
 - "back-to-back": --calls calls, then one synchronisation, divided by the calls: the host's cost of a call when
   the device keeps up (what a caller in a loop pays);
@@ -35,7 +35,8 @@ call itself (a slower call on freshly converted arrays shows as "host clock" abo
 GPU, "kernels" (the driver's kernel timer) comes first, so the driver's "overhead" (host clock less kernels) is
 read in one process on one input, and the cudaMalloc column counts torch's caching allocator's trips to the device
 during each piece's calls (its warm-up included): a call whose buffers find no cached block pays for them inside
-the host clock, which no kernel time shows.
+the host clock, which no kernel time shows. With --profile, the port's call is then profiled back to back (--calls
+calls, cProfile): the functions with the most time of their own, in microseconds a call, where its host path goes.
 Runs on a CPU too (no flush; the Pallas kernels in their interpreters), where the figures are the CPU's own and say
 nothing of a GPU's.
 """
@@ -51,6 +52,7 @@ from pathlib import Path
 
 INPUT_ARRAYS = 13  # a TriMul call's arrays: x, mask and 11 weights
 AWAY_MS = 20  # about what the driver's output check and input gather take between two timed TriMul calls
+PROFILE_ROWS = 15
 
 
 def _median_us(samples) -> float:
@@ -212,14 +214,11 @@ def _dlpack_import_pieces(tensor, native, alone) -> list:
     ]
 
 
-def port_pieces(workload, case: dict, impl, on_gpu: bool):
-    """[(name, what it is, function of calls -> microseconds)] of one port's call from torch on one case, taken
-    apart (see the module's help); the case's inputs are made, converted and called once here (the compile)."""
-    import torch
-    from torch.utils._pytree import tree_leaves, tree_map
-
-    from compare.driver import Synchroniser, timed_call
-    from ports import to_framework, to_torch
+def _port_call(workload, case: dict, impl, on_gpu: bool):
+    """(function, framework, torch inputs, inputs converted, output, synchroniser) of one port on one case, its
+    function called once (the compile)."""
+    from compare.driver import Synchroniser
+    from ports import to_framework
 
     sync = Synchroniser(on_gpu)
     function, framework = impl.load(), impl.framework
@@ -227,6 +226,19 @@ def port_pieces(workload, case: dict, impl, on_gpu: bool):
     converted = to_framework(framework, data)
     output = function(converted)
     sync.wait(output)
+    return function, framework, data, converted, output, sync
+
+
+def port_pieces(workload, case: dict, impl, on_gpu: bool):
+    """[(name, what it is, function of calls -> microseconds)] of one port's call from torch on one case, taken
+    apart (see the module's help); the case's inputs are made, converted and called once here (the compile)."""
+    import torch
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    from compare.driver import timed_call
+    from ports import to_framework, to_torch
+
+    function, framework, data, converted, output, sync = _port_call(workload, case, impl, on_gpu)
 
     def fresh():  # the torch inputs cloned: new memory, as the driver's timed inputs are
         return tree_map(lambda value: value.clone() if isinstance(value, torch.Tensor) else value, data)
@@ -273,6 +285,35 @@ def _busy(seconds: float) -> None:
         pass
 
 
+def profile_port(workload, case: dict, impl, on_gpu: bool, calls: int, rows: int = PROFILE_ROWS) -> list[dict]:
+    """cProfile of `calls` back-to-back calls of one port on inputs converted once: the `rows` functions with the
+    most time of their own, each as microseconds a call (its own and with what it calls) and calls a call."""
+    import cProfile
+    import pstats
+
+    function, _, _, converted, _, sync = _port_call(workload, case, impl, on_gpu)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        output = function(converted)
+    profile.disable()
+    sync.wait(output)
+    measured = pstats.Stats(profile).stats  # {(file, line, function): (calls, primitive, own s, total s, callers)}
+    top = sorted(measured.items(), key=lambda item: -item[1][2])[:rows]
+    return [{"function": f"{_short_path(file)}:{line}({name})" if line else name, "own_us": own / calls * 1e6,
+             "total_us": total / calls * 1e6, "calls_a_call": count / calls}
+            for (file, line, name), (count, _, own, total, _) in top]
+
+
+def _short_path(file: str) -> str:
+    """A source file's path from its package on (an installed package's or this repository's), or the standard
+    library's file name: never the machine's paths."""
+    root = str(Path(__file__).resolve().parents[1]) + os.sep
+    if "site-packages" + os.sep in file:
+        return file.split("site-packages" + os.sep)[-1]
+    return file.removeprefix(root) if file.startswith(root) else Path(file).name
+
+
 def _triton_add_one():
     """A one-element Triton kernel adding one in place, launched on a tensor (the interpreter's without a GPU)."""
     import triton
@@ -307,6 +348,7 @@ def _gluon_pieces(back_to_back, alone) -> list:
         pass
 
     tile = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
+    made_once = descriptor(tile, [64, 64])
     return [
         ("gluon, back-to-back", "an empty Gluon kernel taking a pointer", back_to_back(
             lambda: takes_a_pointer[(1,)](tile))),
@@ -314,6 +356,8 @@ def _gluon_pieces(back_to_back, alone) -> list:
          "made for the call", back_to_back(lambda: takes_a_descriptor[(1,)](descriptor(tile, [64, 64])))),
         ("  of which the descriptor", "gluon_kernels.matmul.descriptor alone (host work)",
          alone(lambda: descriptor(tile, [64, 64]))),
+        ("gluon with a TMA descriptor made once, back-to-back", "the same, the descriptor made beforehand: the "
+         "launcher's part", back_to_back(lambda: takes_a_descriptor[(1,)](made_once))),
     ]
 
 
@@ -348,12 +392,14 @@ def main(argv=None) -> int:
                         "on --case (e.g. trimul:pallas; `python -m compare --list` lists them)")
     parser.add_argument("--case", metavar="SET:INDEX", help="with --port: the case (default bench:0; smoke:0 without "
                         "a GPU)")
+    parser.add_argument("--profile", action="store_true", help="with --port: then profile --calls back-to-back "
+                        "calls (cProfile) and list the functions with the most time of their own")
     args = parser.parse_args(argv)
     calls = args.calls if args.calls is not None else 20 if args.port else 200
     if calls < 1:
         parser.error("--calls must be at least 1")
-    if args.case and not args.port:
-        parser.error("--case goes with --port")
+    if (args.case or args.profile) and not args.port:
+        parser.error("--case and --profile go with --port")
     if args.port:  # JAX is told not to take the GPU's memory up front: torch holds the case's inputs
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from compare import gpu_or_interpreters
@@ -390,6 +436,12 @@ def main(argv=None) -> int:
         print(f"{name:42} {shown} {'-' if allocations is None else allocations:>10}  {what}")
         rows.append({"piece": name, "what": what, "us": figure, "device_allocations": allocations})
         sys.stdout.flush()
+    if args.profile:
+        about["profile"] = profile_port(workload, case, impl, on_gpu, calls)
+        print(f"\nits call back to back, profiled: us a call, the function's own and with what it calls")
+        print(f"{'own':>8} {'total':>8} {'calls':>6}  function")
+        for row in about["profile"]:
+            print(f"{row['own_us']:8.1f} {row['total_us']:8.1f} {row['calls_a_call']:6.1f}  {row['function']}")
     if args.json:
         args.json.write_text(json.dumps({"device": device_info(), "versions": versions(), "calls": calls, **about,
                                          "pieces": rows}, indent=1))
