@@ -134,7 +134,7 @@ def pieces(on_gpu: bool):
     native = to_framework("jax", tensor)
     natives = to_framework("jax", many)
     pallas_triton, mosaic_gpu = _pallas_add_ones(on_gpu)
-    triton_add = _triton_add_one()
+    triton_add = triton_add_one()
     try:  # the stream JAX hands a DLPack producer, as jax.dlpack.from_dlpack asks for it
         jax_stream = native.devices().pop().get_stream_for_external_ready_events() if on_gpu else None
     except Exception:  # noqa: BLE001 - a backend without external streams
@@ -314,7 +314,7 @@ def _short_path(file: str) -> str:
     return file.removeprefix(root) if file.startswith(root) else Path(file).name
 
 
-def _triton_add_one():
+def triton_add_one():
     """A one-element Triton kernel adding one in place, launched on a tensor (the interpreter's without a GPU)."""
     import triton
     import triton.language as tl
@@ -330,14 +330,9 @@ def _triton_add_one():
     return call
 
 
-def _gluon_pieces(back_to_back, alone) -> list:
-    """Gluon launches (GPU only: no interpreter runs Gluon): an empty kernel taking a pointer, and one taking a TMA
-    descriptor made for each call as the Gluon ports make theirs (the layout kept, the descriptor new), so the
-    difference is what one descriptor adds to a call: its construction and the launcher's encoding of it."""
-    import torch
-
+def gluon_empty_kernels():
+    """(takes_a_pointer, takes_a_descriptor): two Gluon kernels that do nothing, for a launch's cost alone."""
     from gluon_kernels import gluon
-    from gluon_kernels.matmul import descriptor
 
     @gluon.jit
     def takes_a_pointer(pointer):
@@ -347,6 +342,18 @@ def _gluon_pieces(back_to_back, alone) -> list:
     def takes_a_descriptor(desc):
         pass
 
+    return takes_a_pointer, takes_a_descriptor
+
+
+def _gluon_pieces(back_to_back, alone) -> list:
+    """Gluon launches (GPU only: no interpreter runs Gluon): an empty kernel taking a pointer, and one taking a TMA
+    descriptor made for each call as the Gluon ports make theirs (the layout kept, the descriptor new), so the
+    difference is what one descriptor adds to a call: its construction and the launcher's encoding of it."""
+    import torch
+
+    from gluon_kernels.matmul import descriptor
+
+    takes_a_pointer, takes_a_descriptor = gluon_empty_kernels()
     tile = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     made_once = descriptor(tile, [64, 64])
     return [
