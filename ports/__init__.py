@@ -186,7 +186,12 @@ class Workload:
 
 def dtype_name(value) -> str:
     """'float32' for a torch tensor or a JAX array alike."""
-    return str(value.dtype).replace("torch.", "")
+    return _dtype_name(value.dtype)
+
+
+@functools.cache
+def _dtype_name(dtype) -> str:  # str() of a NumPy dtype (a JAX array's) costs microseconds: ports call this per array
+    return str(dtype).replace("torch.", "")
 
 
 def get_workload(name: str) -> Workload:
