@@ -280,11 +280,11 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
             "from torch, fresh tensors"} | ({"kernels"} if torch.cuda.is_available() else set()) == set(figures)
     assert all(figure is not None and figure > 0 for figure in figures.values()), figures
     profile = saved["profile"]
-    assert len(profile) == PROFILE_ROWS and all(0 < row["own_us"] <= row["total_us"] for row in profile), profile
+    assert 0 < len(profile) <= PROFILE_ROWS and all(0 < row["own_us"] <= row["total_us"] for row in profile), profile
     assert [row["own_us"] for row in profile] == sorted((row["own_us"] for row in profile), reverse=True)
     assert not any(row["function"].startswith(("/", "~")) or ":\\" in row["function"] for row in profile), profile
     # two title lines, the pieces, then a blank line, the profile's title and header, its rows
-    assert len(capsys.readouterr().out.splitlines()) == 2 + len(figures) + 3 + PROFILE_ROWS
+    assert len(capsys.readouterr().out.splitlines()) == 2 + len(figures) + 3 + len(profile)
 
 
 def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure(monkeypatch):
