@@ -445,7 +445,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     if args.profile:
         about["profile"] = profile_port(workload, case, impl, on_gpu, calls)
-        print(f"\nits call back to back, profiled: us a call, the function's own and with what it calls")
+        print("\nits call back to back, profiled: us a call, the function's own and with what it calls")
         print(f"{'own':>8} {'total':>8} {'calls':>6}  function")
         for row in about["profile"]:
             print(f"{row['own_us']:8.1f} {row['total_us']:8.1f} {row['calls_a_call']:6.1f}  {row['function']}")

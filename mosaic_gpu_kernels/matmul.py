@@ -37,6 +37,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_kernels import cut_to, zero_padded
 from ports.matmul import PROGRAMS_WANTED, SMALL_M, validate
 
 try:  # public from jax 0.11
@@ -229,10 +230,11 @@ def matmul(data):
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not _INTERPRETER_READS_PAST_THE_ARRAY)
-    # padded outside the jitted function, so that it compiles once per padded shape, not once per M
+    # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
+    # pallas_kernels)
     if (pm, pk) != (m, k):
-        a = jnp.pad(a, ((0, pm - m), (0, pk - k)))
+        a = zero_padded(a, shape=(pm, pk))
     if (pk, pn) != (k, n):
-        b = jnp.pad(b, ((0, pk - k), (0, pn - n)))
+        b = zero_padded(b, shape=(pk, pn))
     c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret)
-    return c if (pm, pn) == (m, n) else c[:m, :n]
+    return c if (pm, pn) == (m, n) else cut_to(c, shape=(m, n))

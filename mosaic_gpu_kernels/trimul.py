@@ -33,6 +33,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from mosaic_gpu_kernels.matmul import (MosaicTiling, _interpret_params, _swizzle, one_warpgroup_tile,
                                        warp_specialised_tile)
 from mosaic_gpu_kernels.matmul import _layout as _swizzled_layout
+from pallas_kernels import cut_to, zero_padded
 from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_dividing, check_kernel_sizes,
                           padded_length, validate)
 
@@ -293,7 +294,7 @@ def trimul(data):
         raise ValueError(f"the Mosaic GPU port holds a [64, dim] float32 tile in shared memory: dim must be at most "
                          f"{MAX_DIM}, got {x.shape[3]}")
     if seq != length:  # zeros, with mask 0: see padded_length
-        x = jnp.pad(x, ((0, 0), (0, seq - length), (0, seq - length), (0, 0)))
-        mask = jnp.pad(mask, ((0, 0), (0, seq - length), (0, seq - length)))
+        batch, dim = x.shape[0], x.shape[3]
+        x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
-    return out if seq == length else out[:, :length, :length]
+    return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from pallas_kernels import cut_to, zero_padded
 from ports.matmul import matmul_tiling, validate
 
 
@@ -73,17 +74,6 @@ def matmul(data):
     interpret = jax.default_backend() != "gpu"
     if padded_m == m:
         return _matmul(a, b, out=out, interpret=interpret)
-    # padded and cut back by jitted functions of their own, so that the kernel compiles once per padded size, not
-    # once per M, and neither step takes JAX's op-by-op path (0.7 ms of host time a call at M = 1 on the H200)
-    return _first_rows(_matmul(_padded_rows(a, rows=padded_m), b, out=out, interpret=interpret), rows=m)
-
-
-@functools.partial(jax.jit, static_argnames=("rows",))
-def _padded_rows(a, *, rows: int):
-    """`a` with rows of zeros appended up to `rows`."""
-    return jnp.pad(a, ((0, rows - a.shape[0]), (0, 0)))
-
-
-@functools.partial(jax.jit, static_argnames=("rows",))
-def _first_rows(c, *, rows: int):
-    return c[:rows]
+    # the kernel compiles once per padded size, not once per M (see pallas_kernels)
+    c = _matmul(zero_padded(a, shape=(padded_m, a.shape[1])), b, out=out, interpret=interpret)
+    return cut_to(c, shape=(m, n))

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from pallas_kernels import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
 
 
@@ -201,7 +202,7 @@ def trimul(data):
     length = x.shape[1]
     seq = padded_length(length)
     if seq != length:  # zeros, with mask 0: see padded_length
-        x = jnp.pad(x, ((0, 0), (0, seq - length), (0, seq - length), (0, 0)))
-        mask = jnp.pad(mask, ((0, 0), (0, seq - length), (0, seq - length)))
+        batch, dim = x.shape[0], x.shape[3]
+        x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
-    return out if seq == length else out[:, :length, :length]
+    return out if seq == length else cut_to(out, shape=(batch, length, length, dim))
