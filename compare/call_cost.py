@@ -348,7 +348,8 @@ def gluon_empty_kernels():
 def _gluon_pieces(back_to_back, alone) -> list:
     """Gluon launches (GPU only: no interpreter runs Gluon): an empty kernel taking a pointer, and one taking a TMA
     descriptor made for each call as the Gluon ports make theirs (the layout kept, the descriptor new), so the
-    difference is what one descriptor adds to a call: its construction and the launcher's encoding of it."""
+    difference is what one descriptor adds to a call: its construction and the launcher's encoding of it; then the
+    same with the descriptor made once, the launcher's part alone."""
     import torch
 
     from gluon_kernels.matmul import descriptor
