@@ -287,14 +287,13 @@ def trimul(data):
     """
     validate(data)
     x, mask, weights, config = data
-    length = x.shape[1]
+    batch, length, _, dim = x.shape
     seq = padded_length(length, SEQUENCE_MULTIPLE)
-    check_kernel_sizes(x.shape[0], seq, x.shape[3], config["hidden_dim"])
-    if x.shape[3] > MAX_DIM:
+    check_kernel_sizes(batch, seq, dim, config["hidden_dim"])
+    if dim > MAX_DIM:
         raise ValueError(f"the Mosaic GPU port holds a [64, dim] float32 tile in shared memory: dim must be at most "
-                         f"{MAX_DIM}, got {x.shape[3]}")
+                         f"{MAX_DIM}, got {dim}")
     if seq != length:  # zeros, with mask 0: see padded_length
-        batch, dim = x.shape[0], x.shape[3]
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -199,10 +199,9 @@ def trimul(data):
     """
     validate(data)
     x, mask, weights, config = data
-    length = x.shape[1]
+    batch, length, _, dim = x.shape
     seq = padded_length(length)
     if seq != length:  # zeros, with mask 0: see padded_length
-        batch, dim = x.shape[0], x.shape[3]
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))
