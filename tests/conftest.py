@@ -14,6 +14,18 @@ gpu_or_interpreters()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Every test leaves the environment as it found it. A test that stands in a CPU for the GPU runs the driver,
+    which chooses the Triton interpreter by setting TRITON_INTERPRET (`gpu_or_interpreters`): left set, every Triton
+    kernel module imported after it in the same process ran interpreted on a GPU's tensors, and failed."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture
 def compile_for_hopper():
     """Runs `python -m compare.hopper_compile WORKLOAD --case CASE [OPTIONS]` with the interpreter off (it compiles

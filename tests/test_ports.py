@@ -171,10 +171,10 @@ def test_against_a_saved_run_catches_a_planted_slowdown_and_a_bit_change(tmp_pat
 
     monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
     saved, rerun = tmp_path / "saved.json", tmp_path / "rerun.json"
-    timed = ["--impl", "first,second", "--time", "--iters", "5", "--pool", "2", "--max-seconds", "0.5"]
+    timed = ["--impl", "first,second", "--cases", "smoke", "--time", "--iters", "5", "--pool", "2", "--max-seconds", "0.5"]
     monkeypatch.setattr(ports, "get_workload", lambda name: workload())
     assert compare_main(["double", *timed, "--json", str(saved)]) == 0
-    assert compare_main(["double", "--impl", "first,second", "--against", str(saved)]) == 0
+    assert compare_main(["double", "--impl", "first,second", "--cases", "smoke", "--against", str(saved)]) == 0
     assert "nothing moved" in capsys.readouterr().out
 
     planted = {"first": "tests.test_ports:twice_slowly", "second": "tests.test_ports:twice_by_thirds"}
