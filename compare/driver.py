@@ -6,7 +6,8 @@ Honest timing, the same for torch and JAX implementations:
   gets a never-seen input made from a pool set by the workload's `vary` (a random symmetry of
   the problem, e.g. a permutation, whose answer follows from the reference), so an
   implementation that returns an earlier call's answer, by any key, fails its checks;
-- every timed output is checked against its own reference, outside the timing;
+- every output is checked against its own reference, outside the timing: the first call's, the warm-up's and each
+  later call's, on case sets that are not timed too (as many calls as a timed run makes);
 - before each timed call the L2 is flushed (a 256 MiB write) and the device synchronised;
   the time is the host clock from there to a device-wide synchronisation after the call
   (CUDA events would miss work on XLA's own streams);
@@ -57,7 +58,7 @@ TIMERS = ("host", "kernels", "from torch")
 @dataclass
 class Settings:
     pool: int = 3  # distinct input sets per timed case
-    min_iters: int = 10
+    min_iters: int = 10  # calls per case after the first and the warm-up, each on a never-seen input and checked
     max_iters: int = 50
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
     max_seconds: float = 60.0  # but stop after this long (checks included) once BUDGET_RUNS are done
@@ -203,7 +204,11 @@ def timed_call(how: str, function, framework: str, data, sync: Synchroniser):
 
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
-    """One implementation on one case. Returns (result dict, first output as torch or None)."""
+    """One implementation on one case. Returns (result dict, first output as torch or None).
+
+    Every output is checked, timed or not: the first call's (compile included) on input set 0, the warm-up's on set
+    1, then as many never-seen inputs (`vary`) as a timed run takes, so that a port wrong on one call in ten, or only
+    on its first or second call, fails on every case set."""
     import torch
 
     result = {"impl": impl.name, "framework": impl.framework, "backend": impl.backend}
@@ -222,46 +227,58 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         verdict = workload.check(pool[0], first, references[0])
         result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors,
                       output_sha256=output_digest(first))  # the first input set is seeded: compared by --against
-        if not verdict.passed or not settings.timed:
+        if not verdict.passed:
             return result, first
-        sync.wait(function(to_framework(impl.framework, pool[1 % len(pool)])))  # warm-up on another set
-        timers = TIMERS if settings.timer == "all" else (settings.timer,)
-        series, failures = {how: [] for how in timers}, []
-        times = series[timers[0]]  # the headline series: host clock, or the kernels under --timer kernels
+        failures = []
+
+        def check(what: str, data, output, expected) -> None:
+            checked = workload.check(data, output, expected)
+            if not checked.passed:
+                failures.append(f"{what}: {checked.reason}")
+
+        warm_up = 1 % len(pool)
+        output = function(to_framework(impl.framework, pool[warm_up]))
+        sync.wait(output)
+        check(f"warm-up call (input set {warm_up})", pool[warm_up], to_torch(output), references[warm_up])
+        del output
+        timers = (TIMERS if settings.timer == "all" else (settings.timer,)) if settings.timed else ("untimed",)
+        series = {how: [] for how in timers}
+        calls = series[timers[0]]  # the headline series: host clock, or the kernels under --timer kernels
         generator = torch.Generator().manual_seed(len(pool))
         begun = time.perf_counter()
         while True:
-            runs, elapsed = len(times), time.perf_counter() - begun
-            enough = runs >= settings.min_iters and elapsed >= settings.min_seconds
+            runs, elapsed = len(calls), time.perf_counter() - begun
+            enough = runs >= settings.min_iters and (elapsed >= settings.min_seconds or not settings.timed)
             over_budget = runs >= BUDGET_RUNS and elapsed >= settings.max_seconds
             if runs >= settings.max_iters or enough or over_budget:
                 break
-            member = (len(times) + 2) % len(pool)
+            member = (runs + 2) % len(pool)
             data, expected = workload.vary(pool[member], references[member], generator)
             for how in timers:
-                output, seconds = timed_call(how, function, impl.framework, data, sync)
+                if how == "untimed":
+                    output, seconds = to_torch(function(to_framework(impl.framework, data))), 0.0
+                else:
+                    output, seconds = timed_call(how, function, impl.framework, data, sync)
+                    if seconds is None:
+                        failures.append(f"call {runs + 2}: the call launched no GPU kernel")
                 series[how].append(seconds or 0.0)
-                if seconds is None:
-                    failures.append(f"timed run {len(times)}: the call launched no GPU kernel")
-                timed_verdict = workload.check(data, output, expected)
-                if not timed_verdict.passed:
-                    failures.append(f"timed run {len(times)} ({how}, from input set {member}): "
-                                    f"{timed_verdict.reason}")
+                check(f"call {runs + 2} ({how}, from input set {member})", data, output, expected)
                 del output
             del data, expected
-        quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
-        checked = len(times) * len(timers)
-        result.update(times_ms=[t * 1e3 for t in times], median_ms=statistics.median(times) * 1e3,
-                      iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(times),
-                      timed_checks=f"{checked - len(failures)}/{checked} passed")
-        if settings.timer == "all":
+        checked = 2 + len(calls) * len(timers)
+        result["checked"] = f"{checked - len(failures)}/{checked} outputs passed"
+        if settings.timed:
+            quartiles = statistics.quantiles(calls, n=4, method="inclusive") if len(calls) > 1 else [calls[0]] * 3
+            result.update(times_ms=[t * 1e3 for t in calls], median_ms=statistics.median(calls) * 1e3,
+                          iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(calls))
+        if settings.timer == "all" and settings.timed:
             kernel_ms = statistics.median(series["kernels"]) * 1e3
             from_torch_ms = statistics.median(series["from torch"]) * 1e3
             result.update(kernel_times_ms=[t * 1e3 for t in series["kernels"]], kernel_ms=kernel_ms,
                           from_torch_times_ms=[t * 1e3 for t in series["from torch"]], from_torch_ms=from_torch_ms,
                           overhead_ms=result["median_ms"] - kernel_ms, bridge_ms=from_torch_ms - result["median_ms"])
         if failures:
-            result.update(status="fail", reason=f"{len(failures)} timed outputs wrong; first: {failures[0]}")
+            result.update(status="fail", reason=f"{len(failures)} of {checked} outputs wrong; first: {failures[0]}")
         return result, first
     except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
         result.update(status="error", reason=error_text(error), traceback=_traceback_text())
@@ -425,8 +442,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         name = workload.case_name(case)
         timed = settings.timed and (settings.timed_sets is None or case_set in settings.timed_sets)
         case_settings = Settings(**{**vars(settings), "timed": timed})
-        pool_size = settings.pool if timed else 1
-        pool = [workload.make_inputs(case, case["seed"] + p * POOL_SEED_STRIDE, device) for p in range(pool_size)]
+        pool = [workload.make_inputs(case, case["seed"] + p * POOL_SEED_STRIDE, device) for p in range(settings.pool)]
         references = [workload.reference(inputs) for inputs in pool]
         flops, min_bytes = workload.cost(case)
         ported = {}  # passing ports' first outputs, in registration order: the first is the reference port

@@ -328,14 +328,17 @@ def custom_kernel(workload: str, implementation: str) -> Callable:
     return run
 
 
-def allclose_check(output, expected, rtol: float, atol: float) -> Check:
-    """Elementwise |out - ref| <= atol + rtol |ref| in float64; NaN, Inf and wrong shapes fail."""
+def allclose_check(output, expected, rtol: float, atol: float, dtype) -> Check:
+    """Elementwise |out - ref| <= atol + rtol |ref| in float64; NaN, Inf, a wrong shape or another dtype than
+    `dtype` (a torch dtype) fail."""
     import torch
 
     if not isinstance(output, torch.Tensor):
         return Check(False, reason=f"output is {type(output).__name__}, not a tensor")
     if tuple(output.shape) != tuple(expected.shape):
         return Check(False, reason=f"output shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
+    if output.dtype != dtype:
+        return Check(False, reason=f"output dtype {dtype_name(output)}, expected {_dtype_name(dtype)}")
     out = output.detach().to(device=expected.device, dtype=torch.float64)
     nonfinite = int((~torch.isfinite(out)).sum())
     diff = (out - expected).abs()

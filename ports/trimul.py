@@ -170,7 +170,7 @@ def reference(data):
 
 
 def check(data, output, expected) -> Check:
-    return allclose_check(output, expected, rtol=TOLERANCE, atol=TOLERANCE)
+    return allclose_check(output, expected, rtol=TOLERANCE, atol=TOLERANCE, dtype=torch.float32)
 
 
 def cost(case: dict) -> tuple[float, float]:

@@ -550,7 +550,8 @@ def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
 
     path = tmp_path / "eigh.json"
     # a dense family and a high-magnitude one (every smoke case runs through both ports in test_port_passes_...)
-    assert main(["eigh", "--impl", "triton,pallas", "--cases", "smoke:0,smoke:21", "--json", str(path)]) == 0
+    assert main(["eigh", "--impl", "triton,pallas", "--cases", "smoke:0,smoke:21", "--iters", "1",
+                 "--json", str(path)]) == 0
     record = json.loads(path.read_text())
     assert len(record["cross"]) == 2
     for comparison in record["cross"]:  # eigenvalues of magnitude up to 1 (sqrt(fp32 max) for "high")

@@ -119,7 +119,8 @@ def test_bad_input_is_named(port, data, message):
 def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
     path = tmp_path / "matmul.json"
     runnable = [port for port in PORTS if not spec.WORKLOAD.implementation(port).needs.missing()]
-    assert compare_main(["matmul", "--impl", ",".join(runnable), "--cases", "smoke", "--json", str(path)]) == 0
+    assert compare_main(["matmul", "--impl", ",".join(runnable), "--cases", "smoke", "--iters", "1",
+                         "--json", str(path)]) == 0  # each case checked on three inputs
     record = json.loads(path.read_text())
     assert {p["impl"] for p in record["properties"]} == set(runnable)
     assert all(p["passed"] for p in record["properties"])

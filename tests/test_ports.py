@@ -5,6 +5,7 @@ the rounding agrees), one that needs what no machine has, and a library baseline
 cannot run with the reason, compare every pair of passing ports, and know none of them by name.
 """
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import pathlib
@@ -40,10 +41,26 @@ def twice_then_stopped(x):
     return 2 * x
 
 
+PLANTED_CALLS = {}  # calls of each planted port so far
+
+
+def _doubles_except(name, wrong):
+    """A port that doubles, except on the calls `wrong(call number)` picks, where it returns zeros."""
+    def port(x):
+        count = PLANTED_CALLS[name] = PLANTED_CALLS.get(name, 0) + 1
+        return torch.zeros_like(x) if wrong(count) else 2 * x
+    return port
+
+
+wrong_one_call_in_ten = _doubles_except("wrong_one_call_in_ten", lambda count: count % 10 == 0)
+wrong_on_its_first_call = _doubles_except("wrong_on_its_first_call", lambda count: count == 1)
+wrong_on_its_second_call = _doubles_except("wrong_on_its_second_call", lambda count: count == 2)
+
+
 def workload(*extra):
     cases = [dict(n=n, seed=n) for n in (3, 100)]
     return Workload(
-        name="double", cases={"smoke": cases}, make_inputs=lambda case, seed, device: torch.randn(
+        name="double", cases={"smoke": cases, "test": [dict(n=n, seed=n) for n in (17, 64)]}, make_inputs=lambda case, seed, device: torch.randn(
             case["n"], generator=torch.Generator().manual_seed(seed)),
         reference=lambda x: 2 * x.double(), case_name=lambda case: f"n{case['n']}",
         check=lambda x, out, expected: Check(bool(torch.allclose(out.double(), expected, atol=1e-5))),
@@ -116,6 +133,23 @@ def test_driver_skips_what_cannot_run_and_compares_every_pair_of_ports(tmp_path)
     saved = json.loads((tmp_path / "double.json").read_text())["cross"]
     saved_pairs = [(c["case"], *c["pair"], c["bitwise_equal"]) for c in saved]
     assert saved_pairs == [(*key, equal) for key, equal in pairs.items()]
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["untimed", "timed"])
+@pytest.mark.parametrize("case_set", ["smoke", "test"])
+def test_a_port_wrong_on_some_calls_fails_on_every_case_set(case_set, timed):
+    """Ports wrong one call in ten, only on their first call, only on their second (the warm-up): each fails on
+    every case set, timed or not, while the exact port passes."""
+    names = ["wrong_one_call_in_ten", "wrong_on_its_first_call", "wrong_on_its_second_call"]
+    planted = [Implementation(name, "torch", "triton", name, f"tests.test_ports:{name}") for name in names]
+    importlib.import_module("tests.test_ports").PLANTED_CALLS.clear()  # the module the registry loads the ports from
+    record = run(workload(*planted), ["first", *names], [case_set], None,
+                 Settings(timed=timed, pool=3, min_iters=10, max_iters=10, min_seconds=0),
+                 progress=lambda message: None)
+    failed = {r["impl"] for r in record["results"] if r["status"] == "fail"}
+    assert failed == set(names), record["results"]
+    first = [r for r in record["results"] if r["impl"] == "first"]
+    assert all(r["checked"] == "12/12 outputs passed" for r in first), first
 
 
 def test_cli_exits_0_when_only_skips_are_reported(tmp_path, monkeypatch, capsys):
@@ -237,7 +271,7 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
                  Settings(timer="all", pool=2, min_iters=3, max_iters=3, min_seconds=0),
                  progress=lambda message: None)
     for result in record["results"]:
-        assert result["status"] == "pass" and result["timed_checks"] == "9/9 passed"
+        assert result["status"] == "pass" and result["checked"] == "11/11 outputs passed"
         assert result["kernel_ms"] == pytest.approx(0.001) and len(result["kernel_times_ms"]) == 3
         assert result["median_ms"] > 15 and result["overhead_ms"] == pytest.approx(result["median_ms"] - 0.001)
         assert result["from_torch_ms"] > 15 and len(result["from_torch_times_ms"]) == 3

@@ -80,13 +80,16 @@ def test_custom_kernel_returns_torch_for_jax_port():
     assert spec.check(data, out, spec.reference(data)).passed
 
 
-def test_check_rejects_nan_and_wrong_shape():
+def test_check_rejects_nan_wrong_shape_and_dtype():
     data = fresh_inputs(SMOKE[0])
     expected = spec.reference(data)
     poisoned = expected.float().clone()
     poisoned[0, 0, 0, 0] = float("nan")
     assert not spec.check(data, poisoned, expected).passed
     assert not spec.check(data, expected.float()[:, :-1], expected).passed
+    for dtype in (torch.float64, torch.bfloat16, torch.float16):  # the spec's output is float32
+        verdict = spec.check(data, expected.to(dtype), expected)
+        assert not verdict.passed and "dtype" in verdict.reason
     assert not spec.check(data, expected.float() * 1.1 + 0.1, expected).passed
     assert spec.check(data, expected.float(), expected).passed
 
@@ -219,10 +222,10 @@ def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch,
                  settings, progress=lambda message: None)
     status = {r["impl"]: r for r in record["results"]}
     assert status["cached"]["status"] == "fail"
-    assert "timed outputs wrong" in status["cached"]["reason"]
+    assert "outputs wrong" in status["cached"]["reason"]
     assert "geomean_ms" not in record["summary"]["smoke"]["cached"]
-    calls = 4 * (3 if timer == "all" else 1)
-    assert status["torch"]["status"] == "pass" and status["torch"]["timed_checks"] == f"{calls}/{calls} passed"
+    calls = 2 + 4 * (3 if timer == "all" else 1)  # the first call and the warm-up, then each timed input
+    assert status["torch"]["status"] == "pass" and status["torch"]["checked"] == f"{calls}/{calls} outputs passed"
 
 
 def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
@@ -230,7 +233,7 @@ def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
     record = run(planted_workload(), ["torch"], ["smoke:0"], tmp_path / "r.json", settings,
                  progress=lambda message: None)
     result = record["results"][0]
-    assert result["status"] == "pass" and result["runs"] == 3 and result["timed_checks"] == "3/3 passed"
+    assert result["status"] == "pass" and result["runs"] == 3 and result["checked"] == "5/5 outputs passed"
 
 
 def test_driver_isolates_failures_and_keeps_results(tmp_path):
