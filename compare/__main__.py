@@ -5,7 +5,7 @@ Without one: the `smoke` cases through the Triton interpreter and Pallas interpr
 Workloads with properties (matmul: batch invariance, determinism) check them for every
 implementation; the exit code is 1 when a check fails or a ported kernel misses a property
 (a library baseline missing one is reported as a finding, not an error), 2 for unknown names.
-`--against SAVED.json` compares the run with a saved one and exits 1 on a regression.
+`--against SAVED.json` compares the run with a saved one and exits 1 on a regression, 2 when the two share no case.
 """
 from __future__ import annotations
 
@@ -70,8 +70,9 @@ def parse_args(argv):
                              "in the same run, by the same method; repeatable")
     parser.add_argument("--against", type=Path, metavar="SAVED.json",
                         help="compare the run with a saved one of the same workload (e.g. results/h200/matmul.json):"
-                             " newly failing, output bits changed, slower beyond noise (more than 10%% and 3 IQR), "
-                             "faster; exit 1 on a regression")
+                             " newly failing, output bits changed (same GPU and versions only), slower beyond noise "
+                             "(more than 10%% and 3 of the saved run's IQRs), faster, and what could not be compared;"
+                             " exit 1 on a regression, 2 when the runs share no case")
     parser.add_argument("--list", action="store_true",
                         help="list the workload's implementations and case sets (every workload's without one), "
                              "then exit")
@@ -155,6 +156,16 @@ def main(argv=None) -> int:
             saved = load_saved(args.against, workload.name)
         except ValueError as error:
             print(error, file=sys.stderr)
+            return 2
+        from compare.regression import common_results
+
+        planned = {(case_set, workload.case_name(case), name) for spec in case_sets
+                   for case_set, case in select_cases(workload, spec) for name in impls}
+        if not common_results(saved, planned):
+            saved_sets = sorted({r["case_set"] for r in saved["results"]})
+            print(f"--against {args.against}: no case and implementation of this run is in the saved run (it ran "
+                  f"case sets {', '.join(saved_sets) or 'none'}; this run: {', '.join(case_sets)}): nothing could "
+                  "be compared", file=sys.stderr)
             return 2
     from compare.report import plot, print_table
 

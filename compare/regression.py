@@ -2,13 +2,16 @@
 
 Per case and implementation found in both runs:
 - newly failing: passed in the saved run, not now (a regression);
-- bits changed: the output on the case's seeded first input has other bits than the saved run's (a regression for a
-  port; for a library baseline it is reported and is not one: cuBLAS and XLA promise no bits across versions);
-- slower: median time above the saved one by more than 10% and by more than 3 interquartile ranges (the larger of
-  the two runs'), a regression; faster by the same rule, reported;
+- bits changed: the output on the case's seeded first input has other bits than the saved run's. Compared only
+  between runs on the same GPU with the same library versions (a regression for a port; for a library baseline it
+  is reported and is not one: cuBLAS and XLA promise no bits across versions); where the GPU or a version differs,
+  changed bits are listed apart and are no regression;
+- slower: median time above the saved one by more than 10% and by more than 3 of the saved run's interquartile
+  ranges (its spread: the baseline's noise), a regression; faster by the same rule, reported;
 - newly passing, reported.
-Times are compared only when both runs used the same timer on the same device. What only one run has is listed,
-and is not a regression.
+Times are compared only when both runs used the same timer on the same device. A result skipped in either run, one
+only the saved run has and one only this run has each get a line, and none is a regression. Two runs with no case
+and implementation in common cannot be compared (`common_results` says so before the run).
 """
 from __future__ import annotations
 
@@ -17,6 +20,9 @@ from pathlib import Path
 
 SLOWER_FRACTION = 0.10
 SLOWER_IQRS = 3.0
+NOISE_RULE = (f"slower or faster: the median moved by more than {SLOWER_FRACTION:.0%} and by more than "
+              f"{SLOWER_IQRS:g} x the saved run's interquartile range")
+BITS_IGNORE = ("python", "numpy")  # versions that do not touch a GPU's output bits
 
 
 def load_saved(path: Path, workload: str) -> dict:
@@ -33,11 +39,11 @@ def load_saved(path: Path, workload: str) -> dict:
 
 
 def beyond_noise(saved: dict, new: dict) -> str | None:
-    """'slower' or 'faster' when the medians differ by more than the rule allows, else None."""
+    """'slower' or 'faster' when the medians differ by more than the rule allows (NOISE_RULE), else None."""
     if saved.get("median_ms") is None or new.get("median_ms") is None:
         return None
     before, after = saved["median_ms"], new["median_ms"]
-    noise = SLOWER_IQRS * max(saved.get("iqr_ms") or 0.0, new.get("iqr_ms") or 0.0)
+    noise = SLOWER_IQRS * (saved.get("iqr_ms") or 0.0)
     if after > before * (1 + SLOWER_FRACTION) and after - before > noise:
         return "slower"
     if after < before * (1 - SLOWER_FRACTION) and before - after > noise:
@@ -51,15 +57,35 @@ def times_comparable(saved: dict, new: dict) -> bool:
         new.get("settings", {}).get("timer"), new.get("device"))
 
 
+def bits_differ_because(saved: dict, new: dict) -> str | None:
+    """None when output bits can be compared (the same device and library versions), else what differs."""
+    if saved.get("device") != new.get("device"):
+        return f"device {saved.get('device')} -> {new.get('device')}"
+    before, after = saved.get("versions") or {}, new.get("versions") or {}
+    moved = [f"{name} {before.get(name)} -> {after.get(name)}" for name in sorted(before.keys() | after.keys())
+             if name not in BITS_IGNORE and before.get(name) != after.get(name)]
+    return ", ".join(moved) or None
+
+
+def _key(result: dict) -> tuple[str, str, str]:
+    return result["case_set"], result["case"], result["impl"]
+
+
+def common_results(saved: dict, planned: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """The (case set, case, implementation)s of a planned run that the saved run has too."""
+    return planned & {_key(r) for r in saved["results"]}
+
+
 def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
     """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression"}.
-    `library`: the names of library baselines (their bit changes are not regressions)."""
-    def key(result):
-        return result["case_set"], result["case"], result["impl"]
-
-    before = {key(r): r for r in saved["results"]}
-    after = {key(r): r for r in new["results"]}
+    `library`: the names of library baselines (their bit changes are not regressions). ValueError when the runs
+    have no result in common."""
+    before = {_key(r): r for r in saved["results"]}
+    after = {_key(r): r for r in new["results"]}
+    if not before.keys() & after.keys():
+        raise ValueError("the runs have no case and implementation in common: nothing can be compared")
     changes = []
+    bits_apart = bits_differ_because(saved, new)
 
     def add(where, change, detail, regression):
         changes.append({"case_set": where[0], "case": where[1], "impl": where[2], "change": change, "detail": detail,
@@ -71,35 +97,50 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
             add(where, "new", "not in the saved run", False)
             continue
         if then["status"] == "skipped" or now["status"] == "skipped":
+            which = ("skipped in both" if then["status"] == now["status"] else
+                     "skipped now" if now["status"] == "skipped" else "was skipped")
+            reason = now.get("reason") if now["status"] == "skipped" else then.get("reason")
+            add(where, which, reason or "", False)
             continue
         if then["status"] == "pass" and now["status"] != "pass":
             add(where, "newly failing", now.get("reason", ""), True)
         elif then["status"] != "pass" and now["status"] == "pass":
             add(where, "newly passing", f"was {then['status']}: {then.get('reason', '')}", False)
         if then.get("output_sha256") and now.get("output_sha256") and then["output_sha256"] != now["output_sha256"]:
-            add(where, "bits changed", "the output on the seeded first input differs from the saved run's",
-                where[2] not in library)
+            if bits_apart:
+                add(where, "bits differ", f"other GPU or versions ({bits_apart}): not compared", False)
+            else:
+                add(where, "bits changed", "the output on the seeded first input differs from the saved run's",
+                    where[2] not in library)
         moved = beyond_noise(then, now) if times_comparable(saved, new) else None
         if moved:
-            add(where, moved, f"{then['median_ms']:.4g} -> {now['median_ms']:.4g} ms (IQR {then.get('iqr_ms') or 0:.2g}"
-                f" / {now.get('iqr_ms') or 0:.2g})", moved == "slower")
+            add(where, moved, f"{then['median_ms']:.4g} -> {now['median_ms']:.4g} ms (saved IQR "
+                f"{then.get('iqr_ms') or 0:.2g})", moved == "slower")
     for where in before.keys() - after.keys():
         add(where, "not rerun", "in the saved run only", False)
     return changes
 
 
 def report(changes: list[dict], saved: dict, new: dict, path) -> str:
-    """The changes as text, a line each, regressions first."""
+    """The changes as text, a line each: regressions first, then the other changes, then what was not compared."""
+    compared = len({_key(r) for r in saved["results"]} & {_key(r) for r in new["results"]})
     lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
-             f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}):"]
-    if not times_comparable(saved, new):
+             f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}): {compared} result(s) in both runs"]
+    if times_comparable(saved, new):
+        lines.append(f"  times: {NOISE_RULE}")
+    else:
         lines.append("  times not compared: the saved run used another timer or device "
                      f"({saved.get('settings', {}).get('timer')} on {saved.get('device')})")
+    bits_apart = bits_differ_because(saved, new)
+    lines.append(f"  bits: not compared, {bits_apart}" if bits_apart else
+                 "  bits: compared (the same device and library versions)")
     if not changes:
         lines.append("  nothing moved")
-    for change in sorted(changes, key=lambda c: (not c["regression"], c["case_set"], c["case"], c["impl"])):
-        mark = "REGRESSION" if change["regression"] else "moved"
-        lines.append(f"  {mark:10} {change['change']:13} {change['impl']:12} {change['case_set']}:{change['case']}"
+    apart = ("bits differ", "skipped in both", "skipped now", "was skipped", "new", "not rerun")
+    for change in sorted(changes, key=lambda c: (not c["regression"], c["change"] in apart, c["case_set"], c["case"],
+                                                 c["impl"])):
+        mark = "REGRESSION" if change["regression"] else "moved" if change["change"] not in apart else "apart"
+        lines.append(f"  {mark:10} {change['change']:15} {change['impl']:12} {change['case_set']}:{change['case']}"
                      f"  {change['detail']}")
     regressions = sum(c["regression"] for c in changes)
     lines.append(f"  {regressions} regression(s), {len(changes) - regressions} other change(s)")

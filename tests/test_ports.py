@@ -223,6 +223,60 @@ def test_against_a_saved_run_catches_a_planted_slowdown_and_a_bit_change(tmp_pat
     assert "REGRESSION" in capsys.readouterr().out
 
 
+def test_against_lists_what_it_could_not_compare_and_refuses_runs_with_nothing_in_common(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import dataclasses
+
+    never = Needs(versions=(("torch", "999"),))
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    saved = tmp_path / "saved.json"
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload(
+        Implementation("future", "torch", "triton", "never runs", "tests.test_ports:twice", never)))
+    assert compare_main(["double", "--impl", "first,second,library,future", "--cases", "smoke",
+                         "--json", str(saved)]) == 0
+    # now: "second" cannot run, "library" is not run, "thirds" is new, "future" is skipped again
+    changed = workload(Implementation("future", "torch", "triton", "never runs", "tests.test_ports:twice", never))
+    changed = dataclasses.replace(changed, implementations=tuple(
+        dataclasses.replace(impl, needs=never) if impl.name == "second" else impl for impl in changed.implementations))
+    monkeypatch.setattr(ports, "get_workload", lambda name: changed)
+    capsys.readouterr()
+    assert compare_main(["double", "--impl", "first,second,thirds,future", "--cases", "smoke",
+                         "--against", str(saved)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for change, impl in (("skipped now", "second"), ("skipped in both", "future"), ("new", "thirds"),
+                         ("not rerun", "library")):
+        shown = [line for line in lines if line.split()[1:3] == change.split()[:2] or change in line]
+        assert any(impl in line and change in line for line in shown), (change, impl, lines)
+    assert any("slower or faster" in line or "times not compared" in line for line in lines)
+    # the saved run has only smoke cases: a run of the test cases shares none of them
+    assert compare_main(["double", "--impl", "first", "--cases", "test", "--against", str(saved)]) == 2
+    assert "nothing could be compared" in capsys.readouterr().err
+
+
+def test_against_takes_its_noise_from_the_saved_run_and_bits_only_from_the_same_versions():
+    from compare.regression import NOISE_RULE, compare_runs, report
+
+    def run_record(median, iqr, digest, torch_version):
+        return {"device": "GPU", "settings": {"timer": "host"}, "versions": {"torch": torch_version, "python": "3"},
+                "results": [{"case_set": "bench", "case": "c", "impl": "port", "status": "pass",
+                             "median_ms": median, "iqr_ms": iqr, "output_sha256": digest}]}
+
+    saved = run_record(1.0, 0.01, "a", "2.0")
+    noisy_and_slower = run_record(3.0, 0.7, "a", "2.0")  # the new run's spread is no excuse
+    changes = compare_runs(saved, noisy_and_slower, library=set())
+    assert [(c["change"], c["regression"]) for c in changes] == [("slower", True)]
+    assert NOISE_RULE in report(changes, saved, noisy_and_slower, "saved.json")
+    assert compare_runs(run_record(1.0, 0.5, "a", "2.0"), run_record(2.0, 0.0, "a", "2.0"), set()) == []  # within 3 IQR
+    same_versions = compare_runs(saved, run_record(1.0, 0.01, "b", "2.0"), library=set())
+    assert [(c["change"], c["regression"]) for c in same_versions] == [("bits changed", True)]
+    upgraded = run_record(1.0, 0.01, "b", "2.1")
+    other_versions = compare_runs(saved, upgraded, library=set())
+    assert [(c["change"], c["regression"]) for c in other_versions] == [("bits differ", False)]
+    assert "bits: not compared, torch 2.0 -> 2.1" in report(other_versions, saved, upgraded, "saved.json")
+    with pytest.raises(ValueError, match="nothing can be compared"):
+        compare_runs(saved, dict(upgraded, results=[dict(upgraded["results"][0], case="other")]), set())
+
+
 def test_against_refuses_another_workloads_run(tmp_path, capsys):
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps({"workload": "eigh", "results": []}))
