@@ -40,8 +40,23 @@ from compare.kernel_times import profiled_calls, wait_for
 from ports import (Implementation, Workload, first_difference, get_workload, output_digest, to_framework,
                    to_torch)
 
-# Measured on the project's H200 (see README): cuBLAS bf16 8192^3, device-to-device copy.
-CEILINGS = {"H200": {"flops": 785e12, "bytes": 4.25e12}}
+# The roofline's ceilings: the vendor's datasheet peaks (dense bf16 tensor-core rate, HBM bandwidth), which no
+# measurement can beat (a measured ceiling was: cuBLAS later ran faster than the one measured here).
+DATASHEET_PEAKS = {
+    "H200": {"flops": 989e12, "bytes": 4.8e12, "source": "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s"},
+    "H100": {"flops": 989e12, "bytes": 3.35e12, "source": "NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16, "
+                                                         "3.35 TB/s"},
+}
+
+
+def datasheet_peaks(device: str) -> dict | None:
+    """The datasheet's ceilings for a GPU named `device` ({"flops", "bytes", "source"}), or None for another."""
+    return next((peaks for key, peaks in DATASHEET_PEAKS.items() if key in (device or "")), None)
+
+
+def floor_seconds(flops: float, min_bytes: float, peaks: dict) -> float:
+    """The roofline floor: no implementation can take less time than its flops or its bytes at the peaks."""
+    return max(flops / peaks["flops"], min_bytes / peaks["bytes"])
 L2_FLUSH_BYTES = 256 * 2**20
 POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
 PROJECT_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep  # left out of the tracebacks a results file keeps
@@ -88,8 +103,7 @@ def device_info():
 
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
-        ceiling = next((c for key, c in CEILINGS.items() if key in name), None)
-        return {"device": name, "mode": "gpu", "ceilings": ceiling}
+        return {"device": name, "mode": "gpu", "ceilings": datasheet_peaks(name)}
     return {"device": platform.processor() or platform.machine(), "mode": "interpreter", "ceilings": None}
 
 
@@ -454,7 +468,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                 seconds = result["median_ms"] / 1e3
                 result.update(tflops=flops / seconds / 1e12, tbps=min_bytes / seconds / 1e12)
                 if info["ceilings"]:
-                    floor = max(flops / info["ceilings"]["flops"], min_bytes / info["ceilings"]["bytes"])
+                    floor = floor_seconds(flops, min_bytes, info["ceilings"])
                     result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
             recorder.record["results"].append(result)
             # the summary so far, with every result: a run stopped before its end (a time limit, say) keeps one;

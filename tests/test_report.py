@@ -1,5 +1,8 @@
 """The generated report and README.md's tables (compare/report.py), from the committed runs of record."""
+import json
 import pathlib
+
+import pytest
 
 from compare.__main__ import main as compare_main
 from compare.report import README_BLOCK, RUNS_OF_RECORD, readme_with_tables, report_markdown
@@ -31,3 +34,70 @@ def test_report_has_each_workloads_tables_and_chart(tmp_path):
 def test_report_command_takes_no_arguments(capsys):
     assert compare_main(["report", "--extra"]) == 2
     assert "takes no arguments" in capsys.readouterr().err
+
+
+def below_floor(records):
+    """(file, case, implementation, which time, ms, floor ms) for each passing time of the records ((name, record)
+    pairs) under its datasheet floor: medians and every single call."""
+    from compare.report import floor_ms
+
+    found = []
+    for name, record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("results"), list):
+            continue  # not a driver run
+        for result in record["results"]:
+            floor = floor_ms(record, result) if isinstance(result, dict) and result.get("status") == "pass" else None
+            for key in ("median_ms", "kernel_ms", "from_torch_ms", "times_ms", "kernel_times_ms",
+                        "from_torch_times_ms"):
+                values = result.get(key) if floor is not None else None
+                for value in values if isinstance(values, list) else [] if values is None else [values]:
+                    if value < floor:
+                        found.append((name, result["case"], result["impl"], key, value, floor))
+    return found
+
+
+def test_no_recorded_time_beats_its_datasheet_floor():
+    records = [(str(path.relative_to(ROOT)), json.loads(path.read_text()))
+               for path in sorted((ROOT / "results").rglob("*.json"))]
+    assert sum(isinstance(r, dict) and r.get("device") == "NVIDIA H200" for _, r in records) > 50  # runs are read
+    assert below_floor(records) == []
+
+
+def test_a_time_under_the_datasheet_floor_is_caught():
+    from compare.report import floor_ms, floor_note
+
+    record = {"device": "NVIDIA H200", "results": [
+        {"case": "c", "impl": "fast", "status": "pass", "flops": 989e12, "min_bytes": 1.0, "median_ms": 1001.0,
+         "times_ms": [1002.0, 999.0]}]}  # a second of flops at the datasheet's bf16 peak: one call took less
+    assert floor_ms(record, record["results"][0]) == pytest.approx(1e3) and "989 TFLOP/s" in floor_note(record)
+    assert [(key, value) for *_, key, value, _ in below_floor([("planted", record)])] == [("times_ms", 999.0)]
+    assert below_floor([("elsewhere", dict(record, device="x86_64"))]) == []  # no datasheet: no floor
+
+
+def test_the_last_gpu_run_of_the_whole_suite_is_recorded_and_green():
+    from compare.report import TESTS_RECORD
+
+    record = json.loads((ROOT / TESTS_RECORD).read_text())
+    assert record["whole_suite"] and record["mode"] == "gpu" and record["commit"], record["command"]
+    assert (record["failed"], record["errors"], record["failures"], record["exit_status"]) == (0, 0, [], 0)
+    assert record["passed"] > 500 and len(record["slowest"]) == 20
+
+
+def test_the_suite_record_counts_outcomes_and_keeps_each_failures_first_lines(tmp_path):
+    from compare.suite import summarise_junit
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_x" name="test_ok[a]" time="2.5"/>'
+        '<testcase classname="tests.test_x" name="test_bad" time="0.1"><failure message="AssertionError: 1 != 2">'
+        'def test_bad():\n&gt;  assert 1 == 2\nE  AssertionError</failure></testcase>'
+        '<testcase classname="tests.test_x" name="test_gpu" time="0"><skipped message="needs a GPU"/></testcase>'
+        '<testcase classname="tests.test_y" name="test_setup" time="0.3"><error message="fixture broke"/></testcase>'
+        '</testsuite></testsuites>')
+    summary = summarise_junit(junit)
+    assert {key: summary[key] for key in ("tests", "passed", "failed", "errors", "skipped")} == {
+        "tests": 4, "passed": 1, "failed": 1, "errors": 1, "skipped": 1}
+    assert summary["failures"][0] == {"test": "tests/test_x.py::test_bad", "kind": "failure", "first_lines": [
+        "AssertionError: 1 != 2", "def test_bad():", ">  assert 1 == 2", "E  AssertionError"]}
+    assert summary["slowest"][0] == {"test": "tests/test_x.py::test_ok[a]", "seconds": 2.5}
