@@ -101,3 +101,17 @@ def test_the_suite_record_counts_outcomes_and_keeps_each_failures_first_lines(tm
     assert summary["failures"][0] == {"test": "tests/test_x.py::test_bad", "kind": "failure", "first_lines": [
         "AssertionError: 1 != 2", "def test_bad():", ">  assert 1 == 2", "E  AssertionError"]}
     assert summary["slowest"][0] == {"test": "tests/test_x.py::test_ok[a]", "seconds": 2.5}
+
+
+def test_every_file_the_findings_cite_exists():
+    """docs/findings.md names the file that holds each figure: each path it cites (globs too) and each results file
+    it names alone must be in the repository."""
+    import re
+
+    text = (ROOT / "docs" / "findings.md").read_text()
+    paths = set(re.findall(r"(?<![\w/.])((?:results|tests|compare|ports|docs|\w+_kernels)/[\w./*-]*[\w/*])", text))
+    names = set(re.findall(r"`([\w.-]+\.(?:json|txt|pt|png))`", text)) - {path.rsplit("/", 1)[-1] for path in paths}
+    assert len(paths) > 20 and len(names) > 20  # the citations are read
+    missing = [path for path in sorted(paths) if not list(ROOT.glob(path.rstrip("/")))]
+    missing += [name for name in sorted(names) if not list((ROOT / "results").rglob(name))]
+    assert missing == [], missing
