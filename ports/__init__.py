@@ -184,6 +184,16 @@ class Workload:
         raise KeyError(f"unknown implementation {name!r} for {self.name}; valid: {valid}")
 
 
+def check_array(name: str, value) -> None:
+    """Raise a TypeError naming the argument unless `value` is a torch tensor or a JAX array (a NumPy array or a
+    list is refused here, before any port reaches for what only those two have)."""
+    module = type(value).__module__.split(".")[0]
+    if module not in ("torch", "jax", "jaxlib"):
+        raise TypeError(f"{name} must be a torch tensor or a JAX array, got {module}.{type(value).__qualname__}"
+                        if module != "builtins" else
+                        f"{name} must be a torch tensor or a JAX array, got {type(value).__name__}")
+
+
 def dtype_name(value) -> str:
     """'float32' for a torch tensor or a JAX array alike."""
     return _dtype_name(value.dtype)
@@ -317,8 +327,13 @@ def custom_kernel(workload: str, implementation: str) -> Callable:
 
     `custom_kernel("trimul", "pallas")((x, mask, weights, config))` takes torch tensors and
     returns a torch tensor, converting to and from JAX by DLPack for JAX implementations.
+    An implementation this machine cannot run (`Needs.missing`) is refused here, before its first call, with a
+    RuntimeError that names what it needs.
     """
     impl = get_workload(workload).implementation(implementation)
+    missing = impl.needs.missing()
+    if missing:
+        raise RuntimeError(f"{workload} implementation {implementation!r} cannot run on this machine: {missing}")
     function = impl.load()
 
     def run(data):

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ports import Check, Implementation, Workload, dtype_name
+from ports import Check, Implementation, Workload, check_array, dtype_name
 
 EPS = torch.finfo(torch.float32).eps
 RESIDUAL_FACTOR, RECONSTRUCTION_FACTOR, ORTHOGONALITY_FACTOR, ORDER_FACTOR, EIGENVALUE_FACTOR = 200, 400, 100, 100, 200
@@ -239,6 +239,7 @@ def make_inputs(case: dict, seed: int, device="cpu"):
 def check_shape(a) -> None:
     """Raise a ValueError or TypeError naming the problem when `a` (a torch or JAX array) is not a batch of square
     float32 matrices."""
+    check_array("A", a)
     if len(a.shape) != 3:
         raise ValueError(f"A must have shape [batch, n, n], got {tuple(a.shape)}")
     if a.shape[1] != a.shape[2]:

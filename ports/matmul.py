@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ports import Check, Implementation, Needs, Workload, dtype_name, first_difference
+from ports import Check, Implementation, Needs, Workload, check_array, dtype_name, first_difference
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OUTPUTS = ("same", "float32")
@@ -66,6 +66,8 @@ def validate(data) -> None:
     if not isinstance(data, (tuple, list)) or len(data) != 3:
         raise TypeError("matmul input must be a tuple (a, b, out)")
     a, b, out = data
+    check_array("a", a)
+    check_array("b", b)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"a and b must be 2-D, got a {tuple(a.shape)} and b {tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:

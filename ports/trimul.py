@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ports import Check, Implementation, Needs, Workload, allclose_check, dtype_name
+from ports import Check, Implementation, Needs, Workload, allclose_check, check_array, dtype_name
 
 LAYER_NORM_EPS = 1e-5
 TOLERANCE = 2e-2  # GPU MODE's rtol = atol
@@ -123,8 +123,12 @@ def validate(data) -> None:
     if not isinstance(data, (tuple, list)) or len(data) != 4:
         raise TypeError("trimul input must be a tuple (x, mask, weights, config)")
     x, mask, weights, config = data
+    check_array("x", x)
+    check_array("mask", mask)
     if len(x.shape) != 4 or x.shape[1] != x.shape[2]:
         raise ValueError(f"x must have shape [B, N, N, dim], got {tuple(x.shape)}")
+    if min(x.shape) < 1:
+        raise ValueError(f"x is empty: B, N and dim must be at least 1, got shape {tuple(x.shape)}")
     if dtype_name(x) != "float32":
         raise TypeError(f"x must be float32, got {dtype_name(x)}")
     batch, seq, _, dim = x.shape
@@ -140,9 +144,12 @@ def validate(data) -> None:
     expected = {"norm.weight": (dim,), "norm.bias": (dim,), "to_out_norm.weight": (hidden,),
                 "to_out_norm.bias": (hidden,), "to_out.weight": (dim, hidden)}
     expected.update({f"{name}.weight": (hidden, dim) for name in PROJECTIONS})
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a dict of the module's tensors, got {type(weights).__name__}")
     for name, shape in expected.items():
         if name not in weights:
             raise ValueError(f"weights[{name!r}] is missing")
+        check_array(f"weights[{name!r}]", weights[name])
         if tuple(weights[name].shape) != shape:
             raise ValueError(f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}")
         if dtype_name(weights[name]) != "float32":

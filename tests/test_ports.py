@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -415,3 +416,53 @@ def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure(monk
     assert converted[0].unsafe_buffer_pointer() == big.data_ptr()  # a large tensor crosses without a copy
     with pytest.raises(TypeError, match="jax_enable_x64"):  # 64-bit floats cross alone, and are refused
         ports.to_framework("jax", (torch.randn(3, dtype=torch.float64), torch.randn(2)))
+
+
+EVERY_IMPLEMENTATION = [(name, impl.name) for name in ports.WORKLOAD_MODULES
+                        for impl in ports.get_workload(name).implementations]
+
+
+def _as_numpy(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu().numpy()
+    if isinstance(value, dict):
+        return {key: _as_numpy(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_as_numpy(item) for item in value)
+    return value
+
+
+def _emptied(workload: str, data):
+    """The input with no work in it: TriMul with N = 0, matmul with M = 0, eigh with no matrix."""
+    if workload == "trimul":
+        x, mask, weights, config = data
+        return x[:, :0, :0], mask[:, :0, :0], weights, config
+    if workload == "matmul":
+        a, b, out = data
+        return a[:0], b, out
+    return data[:0]
+
+
+@pytest.mark.parametrize("workload, name", EVERY_IMPLEMENTATION)
+def test_bad_input_gets_one_answer_from_every_implementation(workload, name):
+    """Through `custom_kernel`: an implementation this machine cannot run is refused before its first call, naming
+    its need; a NumPy array is refused with a TypeError; empty input is a ValueError for TriMul and matmul (as for
+    any size under 1) and an empty output for eigh (a batch of no matrices), from ports and baselines alike."""
+    spec = ports.get_workload(workload)
+    missing = spec.implementation(name).needs.missing()
+    if missing:
+        with pytest.raises(RuntimeError, match=f"cannot run on this machine: {re.escape(missing)}"):
+            ports.custom_kernel(workload, name)
+        return
+    call = ports.custom_kernel(workload, name)
+    data = spec.make_inputs(spec.cases["smoke"][0], 1, "cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(TypeError, match="must be a torch tensor or a JAX array, got numpy.ndarray"):
+        call(_as_numpy(data))
+    empty = _emptied(workload, data)
+    if workload == "eigh":
+        vectors, values = call(empty)
+        n = data.shape[-1]
+        assert tuple(vectors.shape) == (0, n, n) and tuple(values.shape) == (0, n)
+    else:
+        with pytest.raises(ValueError, match="must be at least 1"):
+            call(empty)
