@@ -308,7 +308,11 @@ TESTS_RECORD = "results/h200/tests.json"  # the last run of the whole suite on t
 
 
 def tests_line(root: Path) -> str:
-    """README.md's line on the last GPU run of the whole test suite."""
+    """README.md's line on the last GPU run of the whole test suite (or that none is recorded)."""
+    if not (root / TESTS_RECORD).exists():
+        return (README_BLOCK.format(path=TESTS_RECORD) + "\n\n"
+                + "No GPU run of the whole test suite is recorded yet: `python -m compare.suite` on a GPU records "
+                f"one in `{TESTS_RECORD}`.\n\n" + README_BLOCK_END)
     record = json.loads((root / TESTS_RECORD).read_text())
     commit = (record.get("commit") or "not recorded")[:7] + (" (with uncommitted changes)" if record.get("dirty")
                                                              else "")
