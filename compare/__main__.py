@@ -92,11 +92,20 @@ def report_main() -> int:
     return 0
 
 
+REPORT_HELP = """usage: python -m compare report
+
+Writes results/h200/REPORT.md (with its charts) and README.md's generated tables from the runs of record
+(compare.report.RUNS_OF_RECORD) and the last GPU run of the test suite (results/h200/tests.json)."""
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
+        if argv[1:] in (["-h"], ["--help"]):
+            print(REPORT_HELP)
+            return 0
         if argv[1:]:
-            print("`python -m compare report` takes no arguments", file=sys.stderr)
+            print("`python -m compare report` takes no arguments (--help says what it writes)", file=sys.stderr)
             return 2
         return report_main()
     args = parse_args(argv)
@@ -128,6 +137,12 @@ def main(argv=None) -> int:
     if args.list:
         list_workload(workload)
         return 0
+    if args.impl is not None and not _split(args.impl):
+        print(f"--impl names no implementation; valid: {', '.join(valid_impls)}", file=sys.stderr)
+        return 2
+    if args.cases is not None and not _split(args.cases):
+        print(f"--cases names no case set; valid: {', '.join(workload.cases)}", file=sys.stderr)
+        return 2
     impls = with_unnamed_variants(_split(args.impl) or valid_impls, workload, registered)
     unknown = [name for name in impls if name not in valid_impls]
     if unknown:
@@ -170,8 +185,8 @@ def main(argv=None) -> int:
     from compare.report import plot, print_table
 
     if not on_gpu:
-        print("no CUDA GPU: running the kernels through the Triton interpreter and Pallas interpret mode;"
-              " any times shown are interpreter times, not GPU timings", file=sys.stderr)
+        print("no CUDA GPU: running the kernels through the Triton interpreter and Pallas interpret mode;\n"
+              "any times shown are interpreter times, not GPU timings", file=sys.stderr)
     settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
                         max_seconds=args.max_seconds, timed=on_gpu or args.time, timer=args.timer,
                         timed_sets=("bench",) if on_gpu and not args.time else None)
@@ -199,8 +214,12 @@ def main(argv=None) -> int:
 
 
 def list_workload(workload, indent=""):
+    """A line per implementation (its label wrapped within 100 columns), then the case sets."""
+    import textwrap
+
     for impl in workload.implementations:
-        print(f"{indent}{impl.name:15} {impl.framework:6} {impl.backend:18} {impl.label}")
+        head = f"{indent}{impl.name:15} {impl.framework:6} {impl.backend:18} "
+        print(textwrap.fill(impl.label, 100, initial_indent=head, subsequent_indent=" " * len(head)))
     for name, cases in workload.cases.items():
         print(f"{indent}cases {name}: {len(cases)}")
 

@@ -30,6 +30,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep  # left out of 
 
 
 BUDGET_RUNS = 3  # timed runs made whatever max_seconds says
+PROGRESS_COLUMNS = 100  # the width of the printed table, and of the progress lines wrapped to it
 # What a call costs, timed three ways (Settings.timer "all" takes each in turn on every timed input):
 # "host": from the port's own framework, inputs already converted, host clock between device-wide synchronisations;
 # "kernels": the sum of the call's kernel times from the profiler; "from torch": the GPU MODE caller's view, torch
@@ -379,7 +381,9 @@ def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
     cases = workload.cases[name]
     if not index:
         return [(name, case) for case in cases]
-    if not index.isdigit() or int(index) >= len(cases):
+    if not index.isdigit():
+        raise ValueError(f"case index {index!r} is not a number: SET:INDEX, e.g. {name}:0")
+    if int(index) >= len(cases):
         raise ValueError(f"case index {index!r} out of range for {name} (0..{len(cases) - 1})")
     return [(name, cases[int(index)])]
 
@@ -478,8 +482,10 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             if impl.ported and result["status"] == "pass":
                 ported[impl.name] = first
             timing = f" {result['median_ms']:.3f} ms" if "median_ms" in result else ""
-            progress(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: {result['status']}"
-                     f"{timing}{' - ' + result['reason'] if result.get('reason') else ''}")
+            progress(textwrap.fill(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: "
+                                   f"{result['status']}{timing}"
+                                   f"{' - ' + result['reason'] if result.get('reason') else ''}",
+                                   PROGRESS_COLUMNS, subsequent_indent="    "))
             del first
         recorder.record["cross"].extend(cross_comparisons(workload, case_set, name, ported))
         recorder.save()
@@ -493,9 +499,10 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             progress(f"properties of {impl.name} ...")
             for entry in property_results(workload, impl, device, sizes):
                 recorder.record["properties"].append(entry)
-                progress(f"  {entry['property']}: {property_verdict(entry['passed'])} ({entry['checked']})"
-                         + (f" first difference {entry['first_difference']}" if entry.get("first_difference") else "")
-                         + (f" {entry['error']}" if entry.get("error") else ""))
+                line = (f"  {entry['property']}: {property_verdict(entry['passed'])} ({entry['checked']})"
+                        + (f" first difference {entry['first_difference']}" if entry.get("first_difference") else "")
+                        + (f" {entry['error']}" if entry.get("error") else ""))
+                progress(textwrap.fill(line, PROGRESS_COLUMNS, subsequent_indent="    "))
             recorder.save()
     recorder.record["summary"] = summarise(recorder.record, workload.baseline)
     recorder.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -278,6 +278,29 @@ def test_against_takes_its_noise_from_the_saved_run_and_bits_only_from_the_same_
         compare_runs(saved, dict(upgraded, results=[dict(upgraded["results"][0], case="other")]), set())
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--impl", ","], "--impl names no implementation"), (["--cases", ","], "--cases names no case set"),
+    (["--cases", "smoke:x"], "case index 'x' is not a number"), (["--cases", "smoke:9"], "out of range")])
+def test_cli_refuses_empty_and_malformed_selections(monkeypatch, capsys, argv, message):
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload())
+    assert compare_main(["double", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_output_fits_100_columns(monkeypatch, capsys):
+    """The listing, the progress lines and the notice on stderr (a failing port's long reason included)."""
+    long_label = Implementation("verbose", "torch", "triton", "a label " * 20, "tests.test_ports:twice_by_thirds")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload(long_label))
+    assert compare_main(["double", "--list"]) == 0
+    assert compare_main(["double", "--impl", "first,verbose,library", "--cases", "smoke:0"]) in (0, 1)
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).splitlines()
+    assert lines and max(len(line) for line in lines) <= 100, max(lines, key=len)
+
+
 def test_against_refuses_another_workloads_run(tmp_path, capsys):
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps({"workload": "eigh", "results": []}))

@@ -31,9 +31,11 @@ def test_report_has_each_workloads_tables_and_chart(tmp_path):
     assert "| batch invariance | pass | pass | pass | pass | FAIL (at M = 1) | FAIL (at M = 1) |" in report
 
 
-def test_report_command_takes_no_arguments(capsys):
+def test_report_command_takes_no_arguments_but_help(capsys):
     assert compare_main(["report", "--extra"]) == 2
     assert "takes no arguments" in capsys.readouterr().err
+    assert compare_main(["report", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m compare report")
 
 
 def below_floor(records):
