@@ -200,7 +200,7 @@ def main(argv=None) -> int:
     ports_hold = all(p["passed"] is not False for p in record.get("properties", []) if p["backend"] != "library")
     status = 0 if ports_hold and all(r["status"] in ("pass", "skipped") for r in record["results"]) else 1
     if saved is not None:
-        from compare.driver import Recorder
+        from compare.records import Recorder
         from compare.regression import compare_runs, report
 
         changes = compare_runs(saved, record, {impl.name for impl in workload.implementations if not impl.ported})

@@ -73,7 +73,7 @@ def between_synchronisations(call, on_gpu: bool, before=lambda: None):
     """A measure (calls -> microseconds) of `call` clocked as the driver clocks a call: after a warm-up call, each
     time `before()` (an L2 flush, say), a device-wide synchronisation, then the clock to the end of the call's work
     (its JAX arrays ready, the device synchronised); the median."""
-    from compare.kernel_times import wait_for
+    from compare.timing import wait_for
 
     def measure(calls):
         wait_for(call(), on_gpu)
@@ -94,8 +94,7 @@ def pieces(on_gpu: bool):
     import jax.numpy as jnp
     import torch
 
-    from compare.driver import L2_FLUSH_BYTES
-    from compare.kernel_times import wait_for
+    from compare.timing import L2_FLUSH_BYTES, wait_for
     from ports import to_framework, to_torch
 
     device = "cuda" if on_gpu else "cpu"
@@ -217,7 +216,7 @@ def _dlpack_import_pieces(tensor, native, alone) -> list:
 def _port_call(workload, case: dict, impl, on_gpu: bool):
     """(function, framework, torch inputs, inputs converted, output, synchroniser) of one port on one case, its
     function called once (the compile)."""
-    from compare.driver import Synchroniser
+    from compare.timing import Synchroniser
     from ports import to_framework
 
     sync = Synchroniser(on_gpu)
@@ -235,7 +234,7 @@ def port_pieces(workload, case: dict, impl, on_gpu: bool):
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
 
-    from compare.driver import timed_call
+    from compare.timing import timed_call
     from ports import to_framework, to_torch
 
     function, framework, data, converted, output, sync = _port_call(workload, case, impl, on_gpu)
@@ -411,7 +410,8 @@ def main(argv=None) -> int:
     if args.port:  # JAX is told not to take the GPU's memory up front: torch holds the case's inputs
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from compare import gpu_or_interpreters
-    from compare.driver import device_info, error_text, one_case, versions
+    from compare.one_case import one_case
+    from compare.records import device_info, error_text, versions
 
     on_gpu = gpu_or_interpreters()
     about = {}

@@ -39,7 +39,7 @@ def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print
     {figure: largest value the check gave}, "load_error"}}. An implementation that fails to load is recorded
     (load_error) and left out. save(tally), if given, runs after a seed with a failure, with each progress line
     and at the end, also when the hunt is interrupted, so a hunt cut short keeps what it found."""
-    from compare.driver import error_text
+    from compare.records import error_text
     from ports import to_framework, to_torch
 
     tally = {impl.name: {"inputs": 0, "failures": [], "worst": {}, "load_error": None} for impl in impls}
@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     from compare import gpu_or_interpreters
 
     on_gpu = gpu_or_interpreters()
-    from compare.driver import device_info, one_case_arguments, one_case_setup, versions
+    from compare.one_case import one_case_arguments, one_case_setup
+    from compare.records import device_info, versions
 
     parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")

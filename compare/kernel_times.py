@@ -22,56 +22,18 @@ import sys
 import tempfile
 from collections import defaultdict
 
-
-def wait_for(output, on_gpu: bool = True) -> None:
-    """Return once a call's work is done: each JAX array of its output (a JAX call returns before its kernels
-    have run, and they run on JAX's own stream), then, on a GPU, all device work."""
-    import torch
-
-    for value in output if isinstance(output, (tuple, list)) else (output,):
-        if hasattr(value, "block_until_ready"):
-            value.block_until_ready()
-    if on_gpu:
-        torch.cuda.synchronize()
-
-
-def _profiled(function, native_inputs, runs: int):
-    """Call `function` `runs` times under torch.profiler; returns (last output, the profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            out = function(native_inputs)
-            wait_for(out)
-    return out, prof
-
-
-def _device_ms(prof) -> dict[str, float]:
-    """{kernel: total device ms} of a profiler's CUDA events."""
-    import torch
-
-    totals = defaultdict(float)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] += event.device_time / 1e3
-    return totals
-
-
-def profiled_calls(function, native_inputs, runs: int = 1):
-    """The driver's kernel timer: (last output of `runs` profiled calls, {kernel: total device ms}), no warm-up."""
-    out, prof = _profiled(function, native_inputs, runs)
-    return out, _device_ms(prof)
+from compare.timing import device_ms, profiled, wait_for
 
 
 def _profiled_after_warm_up(function, native_inputs, runs: int):
     """The profiler of `runs` calls after a warm-up call, waited for (otherwise a JAX call's kernels would still
     run, and be counted, while the profiled calls start)."""
     wait_for(function(native_inputs))
-    return _profiled(function, native_inputs, runs)[1]
+    return profiled(function, native_inputs, runs)[1]
 
 
 def _mean_ms(prof, runs: int) -> dict[str, float]:
-    return dict(sorted(((name, ms / runs) for name, ms in _device_ms(prof).items()), key=lambda item: -item[1]))
+    return dict(sorted(((name, ms / runs) for name, ms in device_ms(prof).items()), key=lambda item: -item[1]))
 
 
 def kernel_times(function, native_inputs, runs: int) -> dict[str, float]:
@@ -124,7 +86,7 @@ def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
 
 def main(argv=None) -> int:
     # imported here: the driver imports this module
-    from compare.driver import one_case_arguments, one_case_setup
+    from compare.one_case import one_case_arguments, one_case_setup
 
     parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")
@@ -147,7 +109,7 @@ def main(argv=None) -> int:
 def report(impl, inputs, runs: int) -> bool:
     """Print one implementation's kernel times (and a Triton one's compiled kernels); False, with the error on
     one line, if it fails, so that the other implementations are still reported."""
-    from compare.driver import error_text  # here: the driver imports this module
+    from compare.records import error_text
     from ports import to_framework
 
     try:

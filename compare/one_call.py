@@ -20,8 +20,9 @@ def main(argv=None) -> int:
 
     on_gpu = gpu_or_interpreters()
     # imported here: the driver imports the kernel-time helpers this shares
-    from compare.driver import error_text, one_case_arguments, one_case_setup
-    from compare.kernel_times import wait_for
+    from compare.one_case import one_case_arguments, one_case_setup
+    from compare.records import error_text
+    from compare.timing import wait_for
 
     parser = one_case_arguments("python -m compare.one_call", __doc__, "bench:0", "triton",
                                 "comma-separated implementations, called in this order")

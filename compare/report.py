@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.driver import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
+from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
 
 VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
 

@@ -14,7 +14,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from compare.driver import PROJECT_ROOT, Recorder, device_info, provenance, versions
+from compare.records import PROJECT_ROOT, Recorder, device_info, provenance, versions
 
 SLOWEST = 20
 FAILURE_LINES = 6

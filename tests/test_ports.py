@@ -109,7 +109,7 @@ def test_versions_compare_as_numbers():
 def test_the_recorded_versions_do_not_load_a_framework_the_run_does_not_use():
     # a run of torch ports records JAX's version without importing JAX (its runtime would share the process)
     pytest.importorskip("jax")
-    code = ("import sys; from compare.driver import versions; found = versions(); "
+    code = ("import sys; from compare.records import versions; found = versions(); "
             "print(found['jax'], 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == [importlib.metadata.version("jax"), "False"]
@@ -340,10 +340,10 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
     timed three ways and each output checked; the overhead is the host time above the kernels."""
     from rich.console import Console
 
-    import compare.driver as driver
+    import compare.timing as timing
     from compare.report import print_table
 
-    monkeypatch.setattr(driver, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    monkeypatch.setattr(timing, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
     registered = workload(Implementation("slow", "torch", "triton", "sleeps", "tests.test_ports:twice_slowly"))
     record = run(registered, ["slow"], ["smoke"], None,
                  Settings(timer="all", pool=2, min_iters=3, max_iters=3, min_seconds=0),

@@ -97,7 +97,7 @@ def test_check_rejects_nan_wrong_shape_and_dtype():
 def test_cases_are_gpumode_lists_and_cost_matches_roofline():
     assert len(spec.TEST_CASES) == 18 and len(spec.BENCH_CASES) == 7
     assert len({spec.case_name(c) for c in spec.TEST_CASES}) == 18
-    from compare.driver import datasheet_peaks, floor_seconds
+    from compare.records import datasheet_peaks, floor_seconds
 
     peaks = datasheet_peaks("NVIDIA H200")
     floors = [floor_seconds(f, b, peaks) for f, b in map(spec.cost, spec.BENCH_CASES)]
@@ -216,9 +216,9 @@ def test_driver_never_times_a_call_on_seen_data(tmp_path):
 @pytest.mark.parametrize("timer", ["host", "all"])
 def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch, timer):
     # under --timer all every timed input is called three ways, each output checked (the profiler stood in for here)
-    import compare.driver as driver
+    import compare.timing as timing
 
-    monkeypatch.setattr(driver, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    monkeypatch.setattr(timing, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
     cached_trimul.__defaults__[0].clear()
     settings = Settings(pool=3, min_iters=4, max_iters=4, min_seconds=0.0, timed=True, timer=timer)
     record = run(planted_workload("cached"), ["cached", "torch"], ["smoke"], tmp_path / "r.json",
