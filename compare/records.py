@@ -175,3 +175,9 @@ def summarise(record: dict, baseline: str) -> dict:
             entry["geomean_first_call_s"] = geometric_mean(r["first_call_s"] for r in rows)
         summary.setdefault(case_set, {})[impl] = entry
     return summary
+
+
+def result_backend(result: dict) -> str | None:
+    """The backend a result names. Records made before backends had their names call it `language`, and the
+    Pallas-Triton backend `pallas`."""
+    return result.get("backend") or {"pallas": "pallas-triton"}.get(result.get("language"), result.get("language"))

@@ -10,7 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
+from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict, result_backend
+from ports import ported_backend
 
 VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -114,7 +115,7 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
         library_failed = False
         for p in record["properties"]:
             verdict = VERDICTS[property_verdict(p["passed"]).lower()]
-            if p["passed"] is False and p["backend"] == "library":
+            if p["passed"] is False and not ported_backend(p["backend"]):
                 verdict, library_failed = "[yellow]FAIL: finding[/]", True
             detail_cell = p.get("error") or (str(p["first_difference"]) if p.get("first_difference") else "-")
             properties.add_row(p["impl"], p["property"] if detail else p["property"].split(":")[0], verdict,
@@ -185,9 +186,9 @@ def _implementations(record: dict) -> list[str]:
     """The run's implementation names, ports first, in the order the run listed them."""
     listed = record.get("implementations") or [{"name": r["impl"]} for r in record["results"]]
     names = list(dict.fromkeys(entry["name"] for entry in listed))
-    backends = {r["impl"]: r.get("backend") or r.get("language") for r in record["results"]}
-    return [n for n in names if backends.get(n) not in ("library", None)] + [
-        n for n in names if backends.get(n) in ("library", None)]
+    backends = {r["impl"]: result_backend(r) for r in record["results"]}
+    return [n for n in names if ported_backend(backends.get(n))] + [
+        n for n in names if not ported_backend(backends.get(n))]
 
 
 def floor_ms(record: dict, result: dict) -> float | None:

@@ -47,6 +47,12 @@ BACKENDS = {
 }
 
 
+def ported_backend(backend: str | None) -> bool:
+    """Whether a backend (as registered, or as a results record names it) is a kernel language ported to, not a
+    library baseline: the registry's one answer, for implementations and records alike."""
+    return backend in BACKENDS and backend != "library"
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     """'0.11.2' -> (0, 11, 2); a suffix such as '+cpu' or 'rc1' ends the numbers."""
     numbers = []
@@ -119,7 +125,7 @@ class Implementation:
     @property
     def ported(self) -> bool:
         """A port of the workload to a kernel language (not a library baseline)."""
-        return self.backend != "library"
+        return ported_backend(self.backend)
 
     def source_path(self) -> str | None:
         """The file that holds the implementation's function, found without importing it (None if not found)."""

@@ -24,7 +24,7 @@ ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (runs GPU MODE's test cases)")
 SMOKE = spec.SMOKE_CASES
-PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.backend != "library")
+PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported)
 
 
 def run_port(name, data, *, skip_what_cannot_run=True):
