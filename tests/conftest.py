@@ -26,6 +26,47 @@ def environment_restored():
         os.environ.update(before)
 
 
+# Variant files of the Triton TriMul port (`--variant NAME=triton:FILE`), for the driver's and the tools' tests.
+TRIMUL_VARIANTS = {
+    "counted": '''"""The Triton port as a variant file: the port itself, its calls counted."""
+from triton_kernels.trimul import trimul as port
+
+CALLS = []
+
+
+def trimul(data):
+    CALLS.append(1)
+    return port(data)
+''',
+    "zero": '''"""A variant file whose answer is wrong: zeros."""
+import torch
+
+
+def trimul(data):
+    return torch.zeros_like(data[0])
+''',
+    "sign": '''"""A variant file wrong on some inputs only: zeros where the input's first element is positive."""
+import torch
+
+from triton_kernels.trimul import trimul as port
+
+
+def trimul(data):
+    return torch.zeros_like(port(data)) if float(data[0].flatten()[0]) > 0 else port(data)
+''',
+}
+
+
+@pytest.fixture
+def trimul_variant(tmp_path):
+    """Writes the variant file of TRIMUL_VARIANTS[kind] as tmp_path / trimul_KIND.py; returns its path."""
+    def write(kind: str) -> pathlib.Path:
+        path = tmp_path / f"trimul_{kind}.py"
+        path.write_text(TRIMUL_VARIANTS[kind])
+        return path
+    return write
+
+
 @pytest.fixture
 def compile_for_hopper():
     """Runs `python -m compare.hopper_compile WORKLOAD --case CASE [OPTIONS]` with the interpreter off (it compiles

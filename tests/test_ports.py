@@ -360,45 +360,6 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
     assert "from torch" in text and "overhead" in text
 
 
-def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
-    # on a CPU the figures are the CPU's; what is checked is that every piece runs and is reported
-    pytest.importorskip("jax")
-    from compare.call_cost import main
-
-    status = main(["--calls", "2", "--json", str(tmp_path / "cost.json")])
-    out = capsys.readouterr().out
-    rows = json.loads((tmp_path / "cost.json").read_text())["pieces"]
-    assert {"synchronise", "jax, between synchronisations", "triton, back-to-back",
-            "dlpack torch to jax, 13 arrays"} <= {row["piece"] for row in rows}
-    assert [row["piece"] for row in rows if row["us"] is None] == [] and status == 0
-    assert len(out.splitlines()) == len(rows) + 1
-
-
-def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
-    # a real JAX port on a smoke case (the Pallas interpreter on a CPU): every piece runs, is positive and is saved,
-    # and its profile names the functions with the most time of their own, no machine path among them
-    pytest.importorskip("jax")
-    import torch
-
-    from compare.call_cost import PROFILE_ROWS, main
-
-    status = main(["--port", "trimul:pallas", "--case", "smoke:0", "--calls", "2", "--profile",
-                   "--json", str(tmp_path / "p.json")])
-    saved = json.loads((tmp_path / "p.json").read_text())
-    figures = {row["piece"]: row["us"] for row in saved["pieces"]}
-    assert status == 0 and saved["port"] == "trimul:pallas" and saved["case"] == "n16-b1-d32-h32-normal-nomask"
-    assert {"to_framework", "call, converted once", "host clock", "host clock, fresh tensors",
-            "host clock, 20 ms away", "host clock, 20 ms away, one call before", "to_torch", "from torch",
-            "from torch, fresh tensors"} | ({"kernels"} if torch.cuda.is_available() else set()) == set(figures)
-    assert all(figure is not None and figure > 0 for figure in figures.values()), figures
-    profile = saved["profile"]
-    assert 0 < len(profile) <= PROFILE_ROWS and all(0 < row["own_us"] <= row["total_us"] for row in profile), profile
-    assert [row["own_us"] for row in profile] == sorted((row["own_us"] for row in profile), reverse=True)
-    assert not any(row["function"].startswith(("/", "~")) or ":\\" in row["function"] for row in profile), profile
-    # two title lines, the pieces, then a blank line, the profile's title and header, its rows
-    assert len(capsys.readouterr().out.splitlines()) == 2 + len(figures) + 3 + len(profile)
-
-
 def test_jax_ports_pad_with_zeros_and_cut_back_in_compiled_calls():
     # pallas_kernels' shared padding: zeros appended on every axis, the corner cut back unchanged, each a jitted
     # call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas matmul 0.5 ms a call)

@@ -1,0 +1,156 @@
+"""The driver, its command line and `--variant`, on TriMul: its ports, its baselines and planted implementations
+(a cached answer, a raise, NaN, a wrong shape) that the driver must report as failing, never as fast."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import ports
+from compare.__main__ import main as compare_main
+from ports import trimul as spec
+
+ON_GPU = torch.cuda.is_available()
+SMOKE = spec.SMOKE_CASES
+from compare.driver import Settings, run
+from ports import Implementation
+
+
+def cached_trimul(data, _memory={}):
+    """A planted cheat: computes once, then returns that first answer for every later call."""
+    if "out" not in _memory:
+        _memory["out"] = spec.trimul_torch_fp32(data)
+    return _memory["out"]
+
+
+def address_cached_trimul(data, _memory={}):
+    """A subtler cheat: remembers each answer by the input's address and returns it when the same
+    tensor comes back (rotating through a fixed pool of inputs would let it look fast)."""
+    key = data[0].data_ptr()
+    if key not in _memory:
+        _memory[key] = spec.trimul_torch_fp32(data)
+    return _memory[key].clone()
+
+
+def raising_trimul(data):
+    raise RuntimeError("planted failure")
+
+
+def nan_trimul(data):
+    return torch.full_like(data[0], float("nan"))
+
+
+def wrong_shape_trimul(data):
+    return spec.trimul_torch_fp32(data)[:, 1:]
+
+
+def planted_workload(*names):
+    planted = tuple(Implementation(name, "torch", "library", name, f"test_driver:{name}_trimul")
+                    for name in names)
+    return dataclasses.replace(spec.WORKLOAD, cases={"smoke": SMOKE[:1]},
+                               implementations=spec.WORKLOAD.implementations + planted)
+
+
+def test_driver_never_times_a_call_on_seen_data(tmp_path):
+    settings = Settings(pool=2, min_iters=6, max_iters=6, min_seconds=0.0, timed=True)
+    record = run(planted_workload("address_cached"), ["address_cached"], ["smoke"], tmp_path / "r.json",
+                 settings, progress=lambda message: None)
+    result = record["results"][0]
+    # an address can come back (allocators reuse memory), but never with data seen before: a hit
+    # returns another input's answer and the timed check catches it; a miss computes honestly
+    calls = 2 + 6
+    hits = calls - len(address_cached_trimul.__defaults__[0])
+    assert (result["status"] == "fail") == (hits > 0)
+
+
+@pytest.mark.parametrize("timer", ["host", "all"])
+def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch, timer):
+    # under --timer all every timed input is called three ways, each output checked (the profiler stood in for here)
+    import compare.timing as timing
+
+    monkeypatch.setattr(timing, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    cached_trimul.__defaults__[0].clear()
+    settings = Settings(pool=3, min_iters=4, max_iters=4, min_seconds=0.0, timed=True, timer=timer)
+    record = run(planted_workload("cached"), ["cached", "torch"], ["smoke"], tmp_path / "r.json",
+                 settings, progress=lambda message: None)
+    status = {r["impl"]: r for r in record["results"]}
+    assert status["cached"]["status"] == "fail"
+    assert "outputs wrong" in status["cached"]["reason"]
+    assert "geomean_ms" not in record["summary"]["smoke"]["cached"]
+    calls = 2 + 4 * (3 if timer == "all" else 1)  # the first call and the warm-up, then each timed input
+    assert status["torch"]["status"] == "pass" and status["torch"]["checked"] == f"{calls}/{calls} outputs passed"
+
+
+def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
+    settings = Settings(pool=2, min_iters=40, max_iters=40, min_seconds=0.0, max_seconds=1e-9, timed=True)
+    record = run(planted_workload(), ["torch"], ["smoke:0"], tmp_path / "r.json", settings,
+                 progress=lambda message: None)
+    result = record["results"][0]
+    assert result["status"] == "pass" and result["runs"] == 3 and result["checked"] == "5/5 outputs passed"
+
+
+def test_driver_isolates_failures_and_keeps_results(tmp_path):
+    path = tmp_path / "r.json"
+    record = run(planted_workload("raising", "nan", "wrong_shape"), ["raising", "nan", "wrong_shape", "torch"],
+                 ["smoke"], path, Settings(timed=False), progress=lambda message: None)
+    status = {r["impl"]: r for r in record["results"]}
+    assert status["raising"]["status"] == "error" and "planted failure" in status["raising"]["reason"]
+    assert 'File "tests/test_driver.py"' in status["raising"]["traceback"]  # relative: no machine's directories
+    assert status["nan"]["status"] == "fail" and "non-finite" in status["nan"]["reason"]
+    assert status["wrong_shape"]["status"] == "fail" and "shape" in status["wrong_shape"]["reason"]
+    assert status["torch"]["status"] == "pass"
+    assert len(json.loads(path.read_text())["results"]) == 4
+
+
+def test_driver_end_to_end(tmp_path, capsys):
+    path, chart = tmp_path / "trimul.json", tmp_path / "trimul.png"
+    code = compare_main(["trimul", "--impl", "triton,pallas", "--impl", "torch", "--cases", "smoke",
+                         "--json", str(path), "--plot", str(chart), "--time", "--iters", "2", "--pool", "2"])
+    assert code == 0
+    record = json.loads(path.read_text())
+    assert len(record["results"]) == len(SMOKE) * 3 and all(r["status"] == "pass" for r in record["results"])
+    assert ON_GPU or all(r["runs"] >= 2 for r in record["results"])
+    assert all(r["max_abs_diff"] < 2e-2 for r in record["cross"]) and record["cross"]
+    assert chart.stat().st_size > 1000
+    shown = capsys.readouterr().out
+    assert "NOT GPU timings" in shown or ON_GPU
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["trimul", "--impl", "nope"], ["trimul", "--cases", "nope"]])
+def test_cli_rejects_unknown_names_with_code_2(argv, capsys):
+    assert compare_main(argv) == 2
+    assert "valid:" in capsys.readouterr().err
+
+
+def test_cli_runs_one_case_by_index_and_rejects_an_index_out_of_range(tmp_path, capsys):
+    path = tmp_path / "one.json"
+    assert compare_main(["trimul", "--impl", "triton", "--cases", "smoke:1", "--json", str(path)]) == 0
+    results = json.loads(path.read_text())["results"]
+    assert [r["case"] for r in results] == [spec.case_name(SMOKE[1])]
+    assert compare_main(["trimul", "--cases", f"smoke:{len(SMOKE)}"]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+def test_cli_runs_variants_of_a_port_from_their_files(tmp_path, trimul_variant):
+    counted, zero = trimul_variant("counted"), trimul_variant("zero")
+    path = tmp_path / "variants.json"
+    code = compare_main(["trimul", "--impl", "triton", "--variant", f"counted=triton:{counted}",
+                         "--variant", f"zero=triton:{zero}", "--cases", "smoke:0", "--json", str(path)])
+    record = json.loads(path.read_text())
+    results = {r["impl"]: r for r in record["results"]}
+    assert code == 1 and list(results) == ["triton", "counted", "zero"]
+    labels = {entry["name"]: entry["label"] for entry in record["implementations"]}  # which file each variant ran
+    assert labels["counted"].endswith(f"variant from {counted}") and "variant" not in labels["triton"]
+    assert results["counted"]["status"] == "pass" and results["counted"]["backend"] == "triton"
+    assert ports._module_from_file(str(counted)).CALLS  # the file's function ran, not the port's module
+    assert results["zero"]["status"] == "fail"  # a variant is checked as every implementation is
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("fast", "NAME=IMPL:FILE"), ("fast=triton", "NAME=IMPL:FILE"), ("pallas=triton:{file}", "is taken"),
+    ("fast=nope:{file}", "valid:"), ("fast=triton:{missing}", "not a Python file")])
+def test_cli_rejects_bad_variants_with_code_2(tmp_path, capsys, trimul_variant, variant, message):
+    file = trimul_variant("counted")
+    spec_text = variant.format(file=file, missing=tmp_path / "missing.py")
+    assert compare_main(["trimul", "--variant", spec_text, "--cases", "smoke:0"]) == 2
+    assert message in capsys.readouterr().err
