@@ -102,7 +102,7 @@ BAD_INPUTS = [
     # its symmetrize kernel's counts of NaN, Inf and asymmetry are checked alone
     # (test_first_kernel_counts_and_zeroes_entries_...), and the raising from them at n = 4 here
     pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > spec.JACOBI_MAX_N else ())
-    for impl in ("torch", "jax_xla", "triton", "pallas")
+    for impl in (registered.name for registered in spec.WORKLOAD.implementations)
     for bad, message in BAD_INPUTS])
 def test_bad_input_is_named(impl, bad, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -131,7 +131,12 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 
 # --- the ports (on-chip Jacobi for n <= 64, tridiagonalisation above) ----------------------------
 
-PORTS = ("triton", "pallas")
+PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported)
+
+
+def kernels_module(port: str):
+    """The module that holds a port's kernels and stages (its registered function's module)."""
+    return importlib.import_module(spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0])
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
@@ -194,7 +199,7 @@ def port_stage(port, name):
     """A stage of a port (the on-chip Jacobi's `_on_chip`; the n > 64 path's `_reduce`, `_eigenvalues`, `_vectors`,
     `_orthonormalize`, `_repair`, `_back_transform`) on torch tensors: the Pallas port's through DLPack, as
     ports.custom_kernel, interpreted off the GPU."""
-    stage = getattr(importlib.import_module(f"{port}_kernels.eigh"), name)
+    stage = getattr(kernels_module(port), name)
     if port == "triton":
         return stage
     return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
@@ -242,7 +247,7 @@ def test_one_launch_product_in_small_tiles(port, monkeypatch):
     # down: with 8 x 16 tiles (2 rows a warp on 4 warps), n = 70 takes 5 blocks (the last partial) of up to 9 row
     # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: poisoned, so
     # reading one fails.
-    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    kernels = kernels_module(port)
     for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
         assert getattr(kernels, name) != value
         monkeypatch.setattr(kernels, name, value)
@@ -256,7 +261,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
     # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
     # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
     # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
-    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    kernels = kernels_module(port)
     monkeypatch.setattr(spec, "TILE", 256)  # the ports' row blocks (`row_blocks`)
     for module in (spec, kernels):
         monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
@@ -272,7 +277,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
 def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
     # Over launches the column kernel reads V and W PANEL_CHUNK members at a time only from a padded 2048; here
     # (a padded 128) it does so too, as the one-launch kernel always does.
-    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    kernels = kernels_module(port)
     monkeypatch.setattr(kernels, "column_panel_chunk", lambda block_n: spec.PANEL_CHUNK)
     assert spec.PANEL_CHUNK < spec.TRIDIAGONAL_PANEL
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
@@ -284,7 +289,7 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
     # With 16 reflectors a panel and 32 vectors a program, n = 70 takes 5 panels (the last one partial) and 3
     # programs a matrix (the last partial); with 32-column chunks a panel's first chunk also holds columns before
     # its first reflector, which the update must leave alone.
-    kernels = importlib.import_module(f"{port}_kernels.eigh")
+    kernels = kernels_module(port)
     settings = {"BACK_TRANSFORM_REFLECTORS": reflectors, "BACK_TRANSFORM_CHUNK": chunk, "BACK_TRANSFORM_VECTORS": 32}
     assert kernels.BACK_TRANSFORM_REFLECTORS != reflectors and kernels.BACK_TRANSFORM_VECTORS != 32
     for name, value in settings.items():
@@ -330,7 +335,7 @@ def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage,
 def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     # T = tridiag(1, d, 1) with |d| small: partial pivoting swaps most rows, whose pivot and superdiagonals the back
     # substitution forms again from T. Without the repair, the vectors must already be T's, orthonormal.
-    monkeypatch.setattr(importlib.import_module(f"{port}_kernels.eigh"), "_repair", lambda z, *_, **__: (z, None))
+    monkeypatch.setattr(kernels_module(port), "_repair", lambda z, *_, **__: (z, None))
     batch, n = 2, 70
     d = (0.1 * torch.randn(batch, n, generator=torch.Generator().manual_seed(3))).to(DEVICE)
     e = torch.ones(batch, n, device=DEVICE)
