@@ -374,7 +374,7 @@ def _pallas_add_ones(on_gpu: bool):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    from mosaic_gpu_kernels.matmul import _interpret_params
+    from mosaic_gpu_kernels.common import interpret_params
 
     def body(x_ref, o_ref):
         o_ref[...] = x_ref[...] + 1
@@ -385,7 +385,7 @@ def _pallas_add_ones(on_gpu: bool):
     def mosaic_add(x):
         wide = jax.numpy.broadcast_to(x, (128,))  # Mosaic GPU's plain loads take 128 elements at least
         return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128,), x.dtype), grid=(1,), grid_names=("one",),
-                            interpret=None if on_gpu else _interpret_params())(wide)[:1]
+                            interpret=None if on_gpu else interpret_params())(wide)[:1]
 
     return jax.jit(triton_add), jax.jit(mosaic_add)
 

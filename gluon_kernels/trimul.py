@@ -28,7 +28,7 @@ import torch
 
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from gluon_kernels.matmul import descriptor, k_loop, store_tile
-from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_dividing, check_kernel_sizes,
+from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, largest_power_of_two_dividing, check_kernel_sizes,
                           padded_inputs, padded_length, scratch, validate)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
@@ -229,7 +229,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     product = allocate((batch * channels * seq, seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
 
-    tile_dim = _largest_power_of_two_dividing(dim, 64)
+    tile_dim = largest_power_of_two_dividing(dim, 64)
     gated_desc = descriptor(gated, [channels, PAIRS])
     # two warpgroups split a projection's channels where they come in 128s: 114 registers at dim 128, not 198
     project_warps = 8 if channels % 128 == 0 else 4
@@ -237,11 +237,11 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
         mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tile_dim]), gated_desc, batch,
         seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=NORM_PROJECT_STAGES, num_warps=project_warps)
-    tile = _largest_power_of_two_dividing(seq, 128)
+    tile = largest_power_of_two_dividing(seq, 128)
     _triangle_kernel[((seq // tile) ** 2, batch * channels)](
         descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
         batch * channels, SEQ=seq, STAGES=CONTRACT_STAGES, num_warps=8 if tile == 128 else 4)
-    tile_out = _largest_power_of_two_dividing(dim, 64)
+    tile_out = largest_power_of_two_dividing(dim, 64)
     _out_norm_project_kernel[(pairs // PAIRS,)](
         descriptor(product.view(batch * channels, seq * seq), [channels, PAIRS]), gated_desc,
         by_channel(weights["to_out_norm.weight"]).contiguous(), by_channel(weights["to_out_norm.bias"]).contiguous(),

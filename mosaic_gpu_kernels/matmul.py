@@ -37,15 +37,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels import cut_to, zero_padded
+from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, interpret_params, swizzle,
+                                       swizzled_layout)
+from ports.jax_padding import cut_to, zero_padded
 from ports.matmul import PROGRAMS_WANTED, SMALL_M, validate
-
-try:  # public from jax 0.11
-    _interpret_params = plgpu.InterpretGPUParams
-    _INTERPRETER_READS_PAST_THE_ARRAY = True
-except AttributeError:  # jax 0.10's interpreter is private and raises on TMA reads past the array
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as _interpret_params
-    _INTERPRETER_READS_PAST_THE_ARRAY = False
 
 EPILOGUE_TILE = 64  # the warp-specialised kernel's output pieces: 64 x 64
 SHARED_MEMORY = 200 * 1024  # of the H200's 227 KiB a CTA may use, what the small tiles' stages may take
@@ -78,20 +73,10 @@ def mosaic_tiling(m: int, n: int, out: str = "same") -> MosaicTiling:
     return MosaicTiling(tile_m=128, tile_n=256, tile_k=64, stages=4 if out == "same" else 3, compute_warpgroups=2)
 
 
-def _swizzle(width: int, dtype) -> int:
-    """The swizzle, in bytes, of a shared-memory tile `width` elements wide (at most 128 bytes)."""
-    return plgpu.find_swizzle(width * jnp.dtype(dtype).itemsize * 8)
-
-
-def _layout(swizzle: int, dtype) -> tuple:
-    """The shared-memory layout wgmma reads and TMA writes: (8 rows, one swizzle width) blocks, swizzled."""
-    return plgpu.TilingTransform((8, swizzle // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(swizzle)
-
-
 def _in_specs(tiles: MosaicTiling, dtype, delay_release: int, b_transposed: bool) -> list:
     """A's (tile_m, tile_k) block and B's (tile_k, tile_n) block at K step kk (B^T's (tile_n, tile_k) block where B
     is given transposed), both with B's tile's swizzle."""
-    layout = _layout(_swizzle(tiles.tile_k if b_transposed else tiles.tile_n, dtype), dtype)
+    layout = swizzled_layout(swizzle(tiles.tile_k if b_transposed else tiles.tile_n, dtype), dtype)
     b_block = ((tiles.tile_n, tiles.tile_k), lambda kk: (0, kk)) if b_transposed else (
         (tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0))
     return [plgpu.BlockSpec((tiles.tile_m, tiles.tile_k), lambda kk: (0, kk), transforms=layout,
@@ -171,7 +156,7 @@ def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transpose
 
     pl.run_scoped(with_buffers,
                   plgpu.SMEM((tiles.compute_warpgroups, 2, EPILOGUE_TILE, EPILOGUE_TILE), c_tile.dtype,
-                             transforms=_layout(_swizzle(EPILOGUE_TILE, c_tile.dtype), c_tile.dtype)),
+                             transforms=swizzled_layout(swizzle(EPILOGUE_TILE, c_tile.dtype), c_tile.dtype)),
                   collective_axes="warpgroup")
     plgpu.wait_smem_to_gmem(0)
 
@@ -193,8 +178,8 @@ def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
     grid = (pl.cdiv(a.shape[0], tiles.tile_m) * pl.cdiv(b.shape[1], tiles.tile_n),)
     if tiles.compute_warpgroups == 1:
         body = functools.partial(_one_warpgroup_kernel, tiles=tiles)
-        threads = dict(scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype,
-                                                 transforms=_layout(_swizzle(tiles.tile_n, out_dtype), out_dtype))])
+        layout = swizzled_layout(swizzle(tiles.tile_n, out_dtype), out_dtype)
+        threads = dict(scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype, transforms=layout)])
     else:
         body = functools.partial(_warp_specialised_kernel, tiles=tiles)
         threads = dict(num_threads=tiles.compute_warpgroups + 1, thread_name="warpgroup")
@@ -202,7 +187,7 @@ def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
         body, out_type=jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype), grid=grid, grid_names=("tile",),
         # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=_interpret_params() if interpret else None, kernel_name="batch_invariant_matmul", **threads,
+        interpret=interpret_params() if interpret else None, kernel_name="batch_invariant_matmul", **threads,
     )(a, b)
 
 
@@ -214,8 +199,8 @@ def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_ti
                      for size, tile in ((m, tiles.tile_m), (n, tiles.tile_n), (k, tiles.tile_k)))
     out_dtype = jnp.float32 if out == "float32" else jnp.bfloat16
     out_width = tiles.tile_n if tiles.compute_warpgroups == 1 else EPILOGUE_TILE
-    in_elements = _swizzle(tiles.tile_n, jnp.bfloat16) // 2
-    n_multiple = max(in_elements, _swizzle(out_width, out_dtype) // jnp.dtype(out_dtype).itemsize)
+    in_elements = swizzle(tiles.tile_n, jnp.bfloat16) // 2
+    n_multiple = max(in_elements, swizzle(out_width, out_dtype) // jnp.dtype(out_dtype).itemsize)
     return (m if m < 8 else -(-m // 8) * 8), -(-n // n_multiple) * n_multiple, -(-k // in_elements) * in_elements
 
 
@@ -229,7 +214,7 @@ def matmul(data):
     (m, k), n = a.shape, b.shape[1]
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
-    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not _INTERPRETER_READS_PAST_THE_ARRAY)
+    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY)
     # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
     # pallas_kernels)
     if (pm, pk) != (m, k):

@@ -30,11 +30,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from mosaic_gpu_kernels.matmul import (MosaicTiling, _interpret_params, _swizzle, one_warpgroup_tile,
-                                       warp_specialised_tile)
-from mosaic_gpu_kernels.matmul import _layout as _swizzled_layout
-from pallas_kernels import cut_to, zero_padded
-from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, _largest_power_of_two_dividing, check_kernel_sizes,
+from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
+from mosaic_gpu_kernels.matmul import MosaicTiling, one_warpgroup_tile, warp_specialised_tile
+from ports.jax_padding import cut_to, zero_padded
+from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, check_kernel_sizes, largest_power_of_two_dividing,
                           padded_length, validate)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
@@ -48,7 +47,7 @@ MAX_DIM = 768  # the LayerNorm kernel holds a [64, dim] float32 tile in shared m
 
 def _layout(width: int, dtype) -> tuple:
     """The swizzled shared-memory layout that TMA writes and wgmma reads, for tiles `width` elements wide."""
-    return _swizzled_layout(_swizzle(width, dtype), dtype)
+    return swizzled_layout(swizzle(width, dtype), dtype)
 
 
 def _sigmoid(v):
@@ -58,7 +57,7 @@ def _sigmoid(v):
 def _params(interpret: bool) -> dict:
     # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
     return dict(compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-                interpret=_interpret_params() if interpret else None)
+                interpret=interpret_params() if interpret else None)
 
 
 def _layer_norm_kernel(x_gmem, gamma_gmem, beta_gmem, normed_gmem, x_smem, gamma_smem, beta_smem, out_smem,
@@ -165,7 +164,7 @@ def contraction_tiling(seq: int) -> MosaicTiling:
     one warpgroup, 2 stages."""
     if seq % 256 == 0:
         return MosaicTiling(tile_m=128, tile_n=256, tile_k=64, stages=4, compute_warpgroups=2)
-    tile = _largest_power_of_two_dividing(seq, 128)
+    tile = largest_power_of_two_dividing(seq, 128)
     return MosaicTiling(tile_m=tile, tile_n=tile, tile_k=64, stages=STAGES)
 
 
@@ -232,7 +231,7 @@ def _trimul(x, mask, weights, *, hidden: int, interpret: bool):
     by_channel = lambda w: jnp.pad(w, ((0, channels - hidden),) + ((0, 0),) * (w.ndim - 1))  # noqa: E731
     proj_weight = jnp.concatenate([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).astype(jnp.float16)
     out_weight_t = jnp.pad(by_channel(weights["to_out.weight"].T), ((0, 0), (0, width - dim))).astype(jnp.float16)
-    chunk = _largest_power_of_two_dividing(dim, 64)
+    chunk = largest_power_of_two_dividing(dim, 64)
     pieces = dim // chunk
     normed = plgpu.kernel(
         _layer_norm_kernel,
@@ -263,7 +262,7 @@ def _trimul(x, mask, weights, *, hidden: int, interpret: bool):
         grid=((seq // contraction.tile_m) * (seq // contraction.tile_n), batch * channels), grid_names=("tile", "bh"),
         kernel_name="trimul_triangle", **threads, **_params(interpret),
     )(gated.reshape(3 * batch * channels * seq, seq))
-    tile_out = _largest_power_of_two_dividing(width, 128)
+    tile_out = largest_power_of_two_dividing(width, 128)
     out = plgpu.kernel(
         functools.partial(_out_norm_project_kernel, batch_hidden=batch * channels, pairs_per_batch=seq * seq,
                           hidden=hidden, tile_out=tile_out),

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pallas_kernels import cut_to, zero_padded
+from ports.jax_padding import cut_to, zero_padded
 from ports.matmul import matmul_tiling, validate
 
 

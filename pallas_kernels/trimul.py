@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pallas_kernels import cut_to, zero_padded
+from ports.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
 
 

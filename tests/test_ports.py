@@ -361,12 +361,12 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
 
 
 def test_jax_ports_pad_with_zeros_and_cut_back_in_compiled_calls():
-    # pallas_kernels' shared padding: zeros appended on every axis, the corner cut back unchanged, each a jitted
-    # call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas matmul 0.5 ms a call)
+    # the JAX ports' shared padding (ports.jax_padding): zeros appended on every axis, the corner cut back
+    # unchanged, each a jitted call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas matmul 0.5 ms a call)
     jax = pytest.importorskip("jax")
     import numpy as np
 
-    from pallas_kernels import cut_to, zero_padded
+    from ports.jax_padding import cut_to, zero_padded
 
     array = jax.numpy.asarray(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
     padded = zero_padded(array, shape=(5, 8))
