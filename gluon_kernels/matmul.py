@@ -121,7 +121,8 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
 @functools.lru_cache(maxsize=None)
 def _shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
     """The swizzled shared-memory layout that wgmma reads, for tiles of `block` (a function of the tile's shape and
-    type alone, kept: Gluon takes about 20 us of host time to work one out, several times a call)."""
+    type alone, kept: Gluon's host time to work one out, several times a call, is a large share of a small call's;
+    results/h200/NOTES.md, thirty-third session)."""
     return gl.NVMMASharedLayout.get_default_for(list(block), GL_TYPES[dtype])
 
 
@@ -141,8 +142,8 @@ def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
 def gluon_tiling(m: int, n: int) -> MatmulTiling:
     """The Triton port's tiles (`ports.matmul.matmul_tiling`), with more stages (results/h200/experiments/
     gluon-matmul): 64-row tiles as many as shared memory holds, up to 12 (without split-K, the bytes in flight per
-    SM bound small-M latency: 28.7 -> 20.8 us at M = 1); 128-row tiles 4 (at M = 512, 28.6 us against 45.1 with
-    the Triton port's 3 and 37.0 with 7; no change at M >= 1024)."""
+    SM bound small-M latency); 128-row tiles 4 (faster at M = 512 than the Triton port's 3 or than 7; no change
+    at M >= 1024)."""
     tiles = matmul_tiling(m, n)
     per_stage = (tiles.tile_m * tiles.tile_k + tiles.tile_k * tiles.tile_n) * 2
     wanted = MAX_STAGES if tiles.tile_m == 64 else 4

@@ -3,7 +3,7 @@
 The computation is split where a reduction changes axis:
 1. `_layer_norm_kernel`: per tile of `norm_rows` consecutive pairs (b, i, k), LayerNorm over dim
    (fp32 statistics in one pass over x), written as fp16 `normed` [B*N*N, dim]. Normalising
-   inside the projection kernel instead ran at a third of this pair's speed on the H200: the
+   inside the projection kernel instead ran slower (results/h200/experiments/gluon-trimul/): the
    dot operand computed in registers kept Triton from pipelining its loads.
 2. `_gated_project_kernel`: the five projections as one fp16 matmul per tile. Programs
    3t+0 and 3t+1 make left and right (projection * mask * sigmoid(gate)) for tile t,
@@ -174,8 +174,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     _triangle_kernel[((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden)](
         gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
-    # at dim <= 128, 64 rows and 4 warps: 8-9% off each such case's kernels; the Pallas port's lowering runs the
-    # shared 128-row tiling as fast already (results/h200/experiments/trimul-output-rows/)
+    # at dim <= 128, 64 rows and 4 warps run faster here; the Pallas port's lowering runs the shared 128-row tiling
+    # as fast already (results/h200/experiments/trimul-output-rows/)
     output_rows, output_warps = (64, 4) if dim <= 128 else (tiles.rows, tiles.output_warps)
     _out_norm_project_kernel[(pairs // output_rows,)](
         product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t, out,
