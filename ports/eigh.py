@@ -333,121 +333,87 @@ def vary(a, eigenvalues64, gen):
     return (a[:, order][:, :, order] * factor).contiguous(), eigenvalues64 * factor
 
 
-JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically: 6 to 10 sweeps at n = 32 (CPU interpreter:
-# dense 6-7, LAPACK geometric 8-9, clustered 9-10), now that each round sets its pairs' A[p, q] to zero; before, their
-# rounding remnants held the largest off-diagonal element at 1 to 4 eps and most matrices ran to this cap (H200 driver
-# A/B, 20x32: Pallas 0.80 ms against 1.22, Triton 0.28 against 0.39; results/h200/NOTES.md)
+# The eigh ports' tuning. Each constant says why in a line; the A/B runs and CPU prototypes that chose it are in
+# results/h200/NOTES.md, "The eigh ports' tuning constants: what chose them".
+JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically: well inside this once each round zeroes
+# its pairs
 JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copies) in registers
-# n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (both ports; the
-# kernels' docstrings say how). Inverse iteration shifts by the computed eigenvalue itself, and
-# by one shift per group of eigenvalues closer than GROUP_GAP eps ||T||. Measured on CPU with the
-# float32 prototype of the pipeline (results/h200/NOTES.md): every eigenvalue shifted up by
-# 10 eps ||T|| left a 512 x 512 geometric spectrum at orthogonality 250 to 690 (gate 100), no
-# shift at all gave 0.1 there but 237 on the clustered family and an overflow on the LAPACK
-# clustered spectrum (n = 1024); group shifts passed all three (0.4 at most).
+# n > 64: tridiagonalisation, bisection, inverse iteration, back-transformation (both ports; the kernels' docstrings
+# say how). Inverse iteration shifts by the computed eigenvalue itself, and by one shift per group of eigenvalues
+# closer than GROUP_GAP eps ||T||: one shift for all, or none, failed some family in the CPU prototype.
 TILE = 8192  # elements of a register tile in the row-sweeping kernels (ROWS x padded n)
-TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation, which sweeps the trailing
-TRIDIAGONAL_ROWS = 16  # matrix TRIDIAGONAL_ROWS rows at a time with TRIDIAGONAL_WARPS warps for few matrices (the
-TRIDIAGONAL_WARPS = 4  # fastest of 36 settings on the H200 at 40x176, 40x352 and 640x512 before the registers were
-MANY_TRIDIAGONAL_ROWS = 8  # cut; results/h200/NOTES.md), and from ONE_LAUNCH_BATCH matrices on MANY_TRIDIAGONAL_ROWS
-MANY_TRIDIAGONAL_WARPS = 2  # rows at a time with MANY_TRIDIAGONAL_WARPS warps (`tridiagonal_tile`)
-PANEL_CHUNK = 4  # members of a panel's V and W that the one-launch kernel's W row reads at a time, and columns of
-TRIDIAGONAL_COLS = 64  # the trailing matrix its update takes at a time, rather than whole 16 x padded-n tiles of V and
-# W (255 registers and spills): H200, 640x512 reduction 64.2 ms against 66.1, 40x352 whole call 10.3 against 11.6
-MANY_TRIDIAGONAL_PRODUCT_STAGES = 3  # from ONE_LAUNCH_BATCH matrices on, the Triton port's one-launch product loads
-# its row tiles this many stages ahead (Triton's software pipelining, `tl.range(..., num_stages=...)`): H200, 640x512
-# dense whole call 62.5 ms against 64.5, kernel 30.0 against 32.0 (ncu: DRAM 2.73 TB/s against 2.58); 2 stages 67.0,
-# 4 stages 63.9; with few matrices 40x176 2.35 against 2.27 (results/h200/NOTES.md). Pallas loops take no stages
+TRIDIAGONAL_PANEL = 16  # columns per panel of the blocked one-launch tridiagonalisation
+TRIDIAGONAL_ROWS = 16  # trailing-matrix rows swept at a time for few matrices, on TRIDIAGONAL_WARPS warps (the
+TRIDIAGONAL_WARPS = 4  # fastest of the settings swept)
+MANY_TRIDIAGONAL_ROWS = 8  # the same from ONE_LAUNCH_BATCH matrices on (`tridiagonal_tile`), where programs queue
+MANY_TRIDIAGONAL_WARPS = 2
+PANEL_CHUNK = 4  # members of a panel's V and W the one-launch kernel's W row reads at a time, and columns of the
+TRIDIAGONAL_COLS = 64  # trailing matrix its update takes at a time: whole 16 x padded-n tiles spilled registers
+MANY_TRIDIAGONAL_PRODUCT_STAGES = 3  # from ONE_LAUNCH_BATCH matrices on, the Triton port's one-launch product loads its
+# row tiles this many stages ahead (`tl.range(..., num_stages=...)`), for DRAM bandwidth; Pallas loops take no stages
 SYMMETRIC_PRODUCT_WARP_ROWS = 16  # the one-launch kernel's product p = A v walks the lower triangle in tiles of
 SYMMETRIC_PRODUCT_COLS = 64  # SYMMETRIC_PRODUCT_COLS columns and SYMMETRIC_PRODUCT_WARP_ROWS rows a warp, no wider
 # than the triangle it reads. The columns a power of two (blocks tile the padded n) and a multiple of 4: a block's
 # sweep starts at its first row, so no 4-column diagonal block of `_lower_blocks` may straddle two blocks
 OVER_LAUNCHES_PRODUCT_ROWS = 16  # over launches, each product program walks its row tiles of OVER_LAUNCHES_PRODUCT_ROWS
 OVER_LAUNCHES_PRODUCT_BLOCKS = 4  # rows on OVER_LAUNCHES_PRODUCT_WARPS warps in column blocks of a padded row's
-OVER_LAUNCHES_PRODUCT_WARPS = 4  # 1 / OVER_LAUNCHES_PRODUCT_BLOCKS, up to the tile's diagonal (H200 driver, Triton /
-# Pallas, two runs: 60x1024 71.7 / 75.5 ms with 256 columns, 77.8 / 74.0 with 128, 74.6 / 80.0 with 512, against
-# 78.7 / 91.8 with full-width tiles; 8x2048 99.2 / 118.9 with 512, 103.9 / 120.6 with 256, 122.2 / 126.7 with 128,
-# against 104.6 / 122.4; 8 warps lost in the Triton port, and in the Pallas port at 60x1024, 83.2 against 75.5, tied
-# at 8x2048, 120.1 against 120.6). The blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks.
-COLUMN_KERNEL_WARPS = 8  # warps of the over-launches column kernel, one program a matrix that is latency-bound by
-# its chain of reductions (H200, two A/B runs, 60x1024 / 8x2048 dense, Triton: 70.3 / 97.6 and 71.4 / 98.0 ms against 16
-# warps' 71.9 / 99.2 and 72.9 / 99.2, 4 warps 74.8 / 101.9; Pallas within spread: 73.2 / 116.3 against 72.5 / 116.8)
+OVER_LAUNCHES_PRODUCT_WARPS = 4  # 1 / OVER_LAUNCHES_PRODUCT_BLOCKS, up to the tile's diagonal (faster than full-width
+# tiles in both ports); the blocks, as the one-launch kernel's, hold whole 4-column diagonal blocks
+COLUMN_KERNEL_WARPS = 8  # warps of the over-launches column kernel, one program a matrix, latency-bound by its chain
+# of reductions
 PANEL_UPDATE_COLS = 128  # columns per program of the over-launches per-panel trailing update (not swept)
 PRODUCT_PROGRAMS = 32  # at most this many product programs a matrix: each leaves a share of the column sums (the
-# product reads the lower triangle only) that the next launch, one program a matrix, adds up (H200, 16 / 32 / 64
-# with full-width tiles: 60x1024 88 / 91 / 93 ms, 8x2048 139 / 126 / 132; Triton with 256-column blocks, 32 / 64:
-# 60x1024 71.7 / 74.1, 8x2048 103.9 / 106.3; with the blocks above, 16 / 32 at 60x1024: Triton 72.2 / 71.8, Pallas
-# 72.5 / 73.2)
+# product reads the lower triangle only) that the next launch, one program a matrix, adds up
 ONE_LAUNCH_BATCH = 256  # from this many matrices on, or below ONE_LAUNCH_N, the whole tridiagonalisation is one
-ONE_LAUNCH_N = 512  # launch, one program per matrix (H200, results/h200/NOTES.md): enough programs to fill the GPU, or
-# too little work per column to pay for two launches a column
-ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V's and W's 16 x padded-n panels in shared
-# memory, 256 KB at a padded 2048, beyond the H200's 227 KB a program (compiled for sm_90: 134 KB at 1024, 518 at 4096)
+ONE_LAUNCH_N = 512  # launch, one program per matrix: enough programs to fill the GPU, or too little work per column
+# to pay for two launches a column
+ONE_LAUNCH_MAX_N = 1024  # but not above: the blocked kernel's products stage V's and W's 16 x padded-n panels in
+# shared memory, which at a padded 2048 exceeds what one program may have on sm_90
 LANES = 32  # eigenvalues per program in the bisection and inverse-iteration kernels (one warp)
 SPLIT_GRAM_SCHMIDT_N = 512  # from this n on, the clusters' Gram-Schmidt shares each panel's projections among many
 # programs a matrix as products (`gram_schmidt_shares`), four launches a panel; below it, one program per matrix
-# (H200 A/B at 640x512, splitting against one program a matrix: mixed 77.3 ms against 100.5, clustered 116.4 against
-# 175.1, rankdef 69.0 against 69.7, LAPACK even 62.4 against 58.9; results/h200/NOTES.md)
 GRAM_SCHMIDT_EARLIER = 64  # each split projection program takes this many earlier cluster members E and forms
 GRAM_SCHMIDT_CHUNK = 64  # (P E^T) E for the panel block P, GRAM_SCHMIDT_CHUNK columns a product step, on
-GRAM_SCHMIDT_WARPS = 4  # GRAM_SCHMIDT_WARPS warps, in GRAM_SCHMIDT_PRECISION. H200 A/B, Triton: the fastest of
-GRAM_SCHMIDT_PRECISION = "tf32x3"  # 32 / 64 / 128 members, 64 / 128 columns and 2 / 4 warps at 60x1024 dense, mixed
-# and geometric, within 0.3 ms of the fastest at 8x2048; float32 ("ieee") products, at 128 members, 10-32% slower
-# than tf32x3 (results/h200/NOTES.md)
+GRAM_SCHMIDT_WARPS = 4  # GRAM_SCHMIDT_WARPS warps, in GRAM_SCHMIDT_PRECISION (the fastest setting swept; float32
+GRAM_SCHMIDT_PRECISION = "tf32x3"  # products run on CUDA cores, slower)
 CUDA_GRAPH_SHAPES = 4  # the Triton port replays its path (Jacobi or tridiagonal) for fewer than ONE_LAUNCH_BATCH
-# matrices from a CUDA graph, for this many shapes at most (0: launch every kernel from Python; H200, tridiagonal
-# path: 8x2048 149 ms against 221, 60x1024 3-4 ms faster, 40x176 2.38 against 2.62, 40x352 7.27 against 7.44; with
-# 640 matrices the same to 0.1 ms; results/h200/NOTES.md)
-# The back-transformation (compact WY panels, tensor-core products): H200 A/B of 32 or 64 reflectors, 32- or
-# 64-column chunks, 64 or 128 vectors and 4 or 8 warps; this setting the fastest or within 1.2 ms on every row
-# tried (results/h200/NOTES.md).
+# matrices from a CUDA graph, for this many shapes at most (0: launch every kernel from Python): launches dominate
+# there
+# The back-transformation (compact WY panels, tensor-core products): the fastest, or near it on every row tried, of
+# the reflectors, chunks, vectors and warps swept.
 BACK_TRANSFORM_VECTORS = 64  # eigenvectors a program: the rows of one warp group's products
 BACK_TRANSFORM_REFLECTORS = 64  # reflectors a panel: the compact WY form's width
 BACK_TRANSFORM_CHUNK = 32  # columns of Z^T and V^T a product step takes (its K)
-BACK_TRANSFORM_WARPS = 4  # per program, in both of its kernels (8 warps: 83.3 ms against 78.7 at 640x512)
-BACK_TRANSFORM_PRECISION = "tf32x3"  # its products: three TF32 tensor-core passes, about float32's accuracy (the
-# test sets' worst figures within 0.1 of the float32 kernel's; float32 "ieee" products run on CUDA cores: 2.4 times
-# the kernel time)
+BACK_TRANSFORM_WARPS = 4  # per program, in both of its kernels
+BACK_TRANSFORM_PRECISION = "tf32x3"  # three TF32 tensor-core passes, about float32's accuracy ("ieee" products run on
+# CUDA cores, far slower)
 SECOND_PASS_BELOW = 0.9  # a Gram-Schmidt panel's second pass runs only if a vector's norm fell below this in the first
-# (Kahan's test; dense spectra almost never need it: H200, 640x512 dense 143 ms against 157, 60x1024 dense 111 against
-# 123, orthogonality unchanged on every bench row, results/h200/NOTES.md)
+# (Kahan's test; dense spectra almost never need it)
 PANEL = 16  # vectors per block of the clusters' Gram-Schmidt (each step is PANEL row operations)
 BISECTION_ITERATIONS = 26  # brackets as narrow as this many halvings of T's Gershgorin interval (width <= 2 ||T||)
 # leave them, eps ||T|| / 4, below the Sturm count's own error of a few eps ||T|| (every check is relative to ||A||);
 # also the most halvings a bracket takes after the kernels' first pass, a multisection (32 Sturm counts a warp, at
-# the same points in every warp, cut each bracket to 1/33 of the interval, about 5 halvings). 32 halvings took 0.4
-# to 0.9 ms more at 640x512 (H200 driver A/B; the bisection was about 4 ms there) and kept the same test-set pass
-# (results/h200/NOTES.md)
+# the same points in every warp, cut each bracket to 1/33 of the interval, about 5 halvings)
 PIVOT_FLOOR = 1e-30  # Sturm-count pivots of T / max|A| are kept at least this far from zero
-INVERSE_ITERATIONS = 3  # with the repair below, 3 and 4 rounds both left no failure over 6 varied inputs of each
-# big bench row (H200, results/h200/NOTES.md); without it, 1 to 4 matrices in 3200 of the clustered row failed
+INVERSE_ITERATIONS = 3  # with the repair below, the fewest rounds that left no failure on the big bench rows
 REPAIR_RESIDUAL = 500  # a vector with ||T x - value x|| above this many eps ||T|| after the last round is made
 # orthogonal to all the sound ones: the rare vector whose cluster Gram-Schmidt cancelled nearly all of it keeps
-# rounding along far clusters' vectors (seen at orthogonality 200 to 1500 with residuals of 1e4 on the H200,
-# results/h200/NOTES.md); sound vectors stay below about 100
+# rounding along far clusters' vectors; sound vectors stay far below this
 GROUP_GAP = 5  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift, half a gap below the
 # group's first. A group chains its gaps, and the eigenvalue below it is only half a gap from the shift, so a wide
 # group's vectors come out mixed with that neighbour, which the last Gram-Schmidt carries down a long chained cluster:
-# with 10, 1 matrix in 61560 of the 60x1024 mixed row failed (orthogonality 397). H200, the same fresh seeds with 10 /
-# 2 / 3 / 5 (Triton; worst orthogonality, gate 100): 60x1024 mixed 397 / 26.7 / 12.2 / 13.9, 60x1024 LAPACK geometric
-# 16.1 / 8347 / 27.7 / 21.4, 16x512 LAPACK geometric 35.3 / 50.0 / 45.1 / 31.8, 16x512 repeated 0.52 / 15.7 / 6.2 /
-# 0.51 (results/h200/NOTES.md). The failing 512 T of tests/test_eigh.py: largest vector residual 2218 eps ||T|| with
-# 10, 34 with 3, 19 with 4, 31 with 5, 104 with 6, 45 with 7 (Pallas interpreter): not monotonic, a threshold and no
-# cure. Groups of 1 failed about 1% of the clustered rows' matrices on the H200 (narrower is not safer)
+# wider gaps failed the mixed row, narrower ones the geometric rows; the failing 512 T of tests/test_eigh.py shows the
+# choice is a threshold, not a cure
 SPARSE_GROUP_GAP = 1  # a group whose mean gap is at least this many eps ||T|| is sparse. A dense group keeps the shared
 # shift; in a sparse one, each run of eigenvalues closer than this shares a shift half this gap below its first, and
 # every other member shifts by its own eigenvalue. A shared shift puts a wide group's top members far from it, nearer
-# the eigenvalue above the group than their own: the 16x512 psd family's smallest eigenvalues (a run near zero, then a
-# sparse stretch, 18 to 98 members over 13.5 to 130 eps ||T||) failed 3 matrices in 36672 (Triton, orthogonality 122,
-# 685 and 117) and 1 in about 90600 (Pallas, 115). Own shifts for every member of a sparse group mended those but
-# failed others of the same family (the run near zero); own shifts everywhere spoiled the clustered and repeated
-# families (results/h200/NOTES.md)
+# the eigenvalue above the group than their own (the psd family's smallest eigenvalues); own shifts everywhere
+# spoiled the clustered and repeated families
 CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T||_2 are orthogonalised against each other (LAPACK's
 # dstein, which measures with the 1-norm: for a dense random matrix that is about 0.4 sqrt(n) times larger, and the
 # clusters it chains up, hundreds of vectors long at n = 512, cost most of the Gram-Schmidt's time)
 EARLY_CLUSTER_GAP = 1e-5  # the same in the rounds before the last: there only pairs this close need it, since inverse
-# iteration shrinks a neighbour's share by about eps ||T|| / gap a round (measured with the prototype: 1e-6 let a
-# geometric spectrum reach orthogonality 87 at n = 512, 1e-5 kept every family where CLUSTER_GAP alone had it)
+# iteration shrinks a neighbour's share by about eps ||T|| / gap a round
 
 
 def check_offsets(batch: int, size: int, per_matrix: int = 1) -> None:
@@ -474,8 +440,7 @@ def one_launch(batch: int, n: int) -> bool:
 def tridiagonal_tile(batch: int) -> tuple[int, int]:
     """(rows a tile, warps) of the one-launch tridiagonalisation. Few matrices leave each program an SM to itself,
     and 16-row tiles on 4 warps shorten its chain of row tiles; from ONE_LAUNCH_BATCH matrices on, programs share
-    the SMs and 8-row tiles on 2 warps fit more of them (H200 whole calls, 640x512 dense: Triton 105.5 ms against
-    117.3, Pallas 102.8 against 107.8; 40x352 with 8-row tiles: 12.6 against 10.8 and 11.7 against 9.9)."""
+    the SMs and 8-row tiles on 2 warps fit more of them (each faster where it is taken, in both ports)."""
     if shares_the_sms(batch):
         return MANY_TRIDIAGONAL_ROWS, MANY_TRIDIAGONAL_WARPS
     return TRIDIAGONAL_ROWS, TRIDIAGONAL_WARPS
@@ -489,11 +454,8 @@ def product_stages(batch: int) -> int:
 
 def gram_schmidt_unrolled(batch: int) -> bool:
     """Whether the Gram-Schmidt's within-panel step runs unrolled (PANEL copies of its code) or as a loop: a loop
-    where programs share the SMs (`shares_the_sms`). H200 driver A/B of the loop against unrolled, whole call, ms
-    (results/h200/NOTES.md): 640x512 clustered Triton 99.8 against 106.9, Pallas 116.5 against 124.4; dense 60.7
-    against 61.7, 71.1 against 71.5 (the split finish there, two programs an SM by its registers, stalled on
-    instruction fetch in 37% of its cycles, ncu); with few matrices no gain, and the Pallas port lost (60x1024 mixed
-    86.9 against 83.2)."""
+    where programs share the SMs (`shares_the_sms`): there the unrolled finish, two programs an SM by its
+    registers, stalls on instruction fetch; with few matrices the loop gains nothing."""
     return not shares_the_sms(batch)
 
 
@@ -511,8 +473,7 @@ def product_programs(below: int) -> int:
 
 def column_panel_chunk(block_n: int) -> int:
     """Members of V and W read at a time by the over-launches column kernel's W row: PANEL_CHUNK from a padded
-    2048, where whole panels spill (H200: 8x2048 114 ms against 121), else the whole panel (60x1024: 89 ms
-    against 91 with PANEL_CHUNK)."""
+    2048, where whole panels spill, else the whole panel."""
     return PANEL_CHUNK if block_n > 1024 else TRIDIAGONAL_PANEL
 
 
@@ -544,15 +505,14 @@ def vector_panel_warps(block_n: int) -> int:
 
 def gram_schmidt_finish_warps(block_n: int) -> int:
     """Warps of the split Gram-Schmidt's finish (one program a matrix, a chain of row reductions across its warps):
-    one per 128 elements of a row, 4 to 16, half of `vector_panel_warps` at 512 and 1024 (H200 driver A/B, Triton,
-    whole call: 60x1024 mixed 81.4 ms against 86.6, LAPACK geometric 80.5 against 82.4, 640x512 mixed 75.5 against
-    77.5, the other rows tried 0.1 to 1.3 faster; the Pallas port's finish kernels took the same time either way)."""
+    one per 128 elements of a row, 4 to 16, half of `vector_panel_warps` at 512 and 1024 (faster in the Triton
+    port; the Pallas port's finish kernels took the same time either way)."""
     return min(16, max(4, block_n // 128))
 
 
 def jacobi_warps(size: int) -> int:
-    """Warps per program for the Triton port's N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (on the
-    H200, 4 warps ran the blocked case's 32 x 32 solves 1.5 to 2 times faster than 8), 8 for N = 64. The Pallas
+    """Warps per program for the Triton port's N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (faster
+    than 8 there), 8 for N = 64. The Pallas
     port's rounds wait on its exchange through memory and take its own JACOBI_EXCHANGE_WARPS."""
     return 4 if size <= 32 else 8
 
