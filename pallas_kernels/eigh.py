@@ -8,8 +8,8 @@ The Triton port exchanges rows or columns i and i ^ m with a register gather;
 Pallas's Triton lowering has no gather of values, but it loads from a ref at gathered indices: each
 round writes A and V to a buffer in global memory and, after one barrier, reads back A's partner
 columns, rows and both, and V's partner columns, so that J^T A J is formed elementwise in one step
-(the Triton port forms A J, then J^T (A J)). On the H200 this took the 20x32 kernel from 0.86 ms to
-0.43, against the Triton port's 0.16 (results/h200/NOTES.md); the exchange it replaced was a float32
+(the Triton port forms A J, then J^T (A J)). This made the 20x32 kernel faster, though still behind the Triton
+port's (results/h200/NOTES.md); the exchange it replaced was a float32
 product with the 0/1 permutation, and three bfloat16 products or halves exchanged by reshapes once per
 set bit of m were slower still (all at the sweep cap then). The matrix is scaled by 1/max|A| and symmetrised
 first; both members of a pair use the same averaged A[p, q], and each round sets its pairs' A[p, q] to zero (the
@@ -57,15 +57,13 @@ from ports.eigh import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRA
                         gram_schmidt_unrolled, jacobi_size, one_launch, product_programs, row_blocks, shares_the_sms,
                         split_gram_schmidt, tridiagonal_tile, vector_panel_warps)
 
-JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (H200, 20x32, kernel
-# time: 8 warps 0.43 ms, 4 warps 0.56, 2 warps 0.73, 1 warp 0.47; results/h200/NOTES.md)
+JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (the fastest of 1
+# to 8 warps at 20x32; results/h200/NOTES.md)
 JACOBI_EXCHANGE_SLOTS = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
 GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split Gram-Schmidt's
 # project kernel and of the back-transformation's products: XLA's Triton slows the project kernel's two loops when it
-BACK_TRANSFORM_STAGES = 2  # pipelines them over the default 3 stages (H200 kernel time, 60x1024 mixed: 21.4 ms
-# against 35.6; 640x512 dense 6.0 against 9.8; 8x2048 13.4 against 16.5), and the back-transformation runs fastest on
-# 2 (60x1024 mixed 4.2 ms against 5.2, 640x512 dense 6.0 against 7.5, 8x2048 3.8 against 4.6). The Triton port's
-# kernels, compiled by Triton itself, were within 1.2 ms either way at 1, 2 and 3 stages and keep Triton's default 3
+BACK_TRANSFORM_STAGES = 2  # pipelines them over the default 3 stages, and the back-transformation runs fastest on 2.
+# The Triton port's kernels, compiled by Triton itself, ran alike at 1, 2 and 3 stages and keep Triton's default 3
 # (results/h200/NOTES.md)
 EPS = float(jnp.finfo(jnp.float32).eps)
 DOT_ALGORITHMS = {"tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,  # Triton's input_precision names
@@ -440,8 +438,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
 
 def _column_index(first_ref, offset_ref):
     """The over-launches column j = first + offset: a panel's first column and the panel loop's counter, added
-    here, where adding them in XLA cost a kernel a column (H200 kernel time of those adds: 0.97 ms of a 60x1024 mixed
-    call, 1.77 of an 8x2048 one, gone since; results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
+    here, where adding them in XLA cost a kernel a column (results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
     return first_ref[0] + offset_ref[0]
 
 
@@ -538,8 +535,8 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
     """As the Triton port's `_panel_update_kernel`: A -= V W^T + W V^T on the lower triangle of the
     tile (r, c) of program (b, r, c) below and right of the (full) panel ending at column last; the
     first panel also scales A. The grid is the first panel's: later panels leave the programs beyond
-    the trailing matrix idle, and they return at once (H200, 60x1024: the update took 12 ms of the
-    call when they ran masked), as do those above the diagonal blocks."""
+    the trailing matrix idle, and they return at once (running them masked cost much of the call), as do those
+    above the diagonal blocks."""
     last = last_ref[0]
     r0 = last + pl.program_id(1) * rows_per_tile
     c0 = last + pl.program_id(2) * cols_per_tile
@@ -891,7 +888,7 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
 def _panel_and_pass(step_ref):
     """(panel, 1 in its first pass and 0 in its second) of the split Gram-Schmidt's step step_ref[0] (panels in
     order, two passes each), by a shift and a mask: the kernels take the loop's counter, where forming the pair in
-    XLA cost a kernel a step (H200 kernel time: 0.33 ms of a 60x1024 mixed call, 0.68 of an 8x2048 one)."""
+    XLA cost a kernel a step (results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
     step = step_ref[0]
     return jax.lax.shift_right_logical(step, 1), 1 - jnp.bitwise_and(step, 1)
 
@@ -1168,8 +1165,8 @@ def _reduce(a, single=None, *, interpret):
     if not (one_launch(batch, n) if single is None else single):
         return *_reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret), bounds  # column 0's
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
-    # at 640x512 on 2 warps every column-blocked tile tried ran slower there (whole call 85.7 ms at best, 32 x 128
-    # tiles, against 81.6; results/h200/NOTES.md), though the Triton port's gained (70.6 against 77.2).
+    # at 640x512 on 2 warps every column-blocked tile tried ran slower there, though the Triton port's gained
+    # (results/h200/NOTES.md).
     product_cols = None if shares_the_sms(batch) else min(block_n, SYMMETRIC_PRODUCT_COLS)
     # w, d, e, tau, scale, panel, products (the column blocks' row sums; one unused row for the row sweep)
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n),
@@ -1247,8 +1244,8 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
         buffers, sums_buffer = carry
         return columns(p * nb, nb, (close(p * nb, buffers, sums_buffer), sums_buffer))
 
-    # Loops with static trip counts and no lax.cond: with a lax.cond a column, 8x2048 took 143 ms a call against
-    # 129, about its gap between host and kernel time then (144 against 131; H200, results/h200/NOTES.md).
+    # Loops with static trip counts and no lax.cond: a lax.cond a column cost about the gap between host and kernel
+    # time (results/h200/NOTES.md).
     buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
     carry = columns(0, min(nb, n), (buffers, jnp.zeros((batch, programs, block_n), jnp.float32)))
     full = n // nb

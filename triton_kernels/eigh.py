@@ -9,7 +9,7 @@ applied elementwise, O(N^2) per round rather than a matrix product's O(N^3): wit
 and J[i ^ m, i] = -s_i, (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], and likewise for the rows of
 J^T (A J) and for V J; exchanging rows or columns i and i ^ m is one register gather
 (`tl.gather`; the Pallas port, whose Triton lowering has no gather, exchanges them through a
-buffer in global memory, one barrier a round: at 20x32 its kernel takes 0.21 ms against 0.15 here,
+buffer in global memory, one barrier a round, and its kernel is slower than this one,
 results/h200/NOTES.md).
 Padding rows and columns are zero off the diagonal, so they never mix with the matrix. The
 matrix is scaled by 1/max|A| and symmetrised first (no overflow or underflow at the extreme
@@ -1172,12 +1172,11 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     MANY_TRIDIAGONAL_WARPS warps, where its programs outnumber what the SMs hold uncapped. Each of an SM's four
     schedulers has 16384 registers and holds whole warps: at the 196 registers that kernel compiles to (H200,
     Triton 3.6) an SM holds 4 two-warp programs, at 168 (`_registers_for` TRIDIAGONAL_PROGRAMS_AN_SM) 6, so 640
-    matrices run in one wave instead of two. H200, driver A/B in one run, 640x512 dense: kernel 38.7 ms against
-    48.2, whole call 84.0 against 93.6, though each thread spills 72 bytes. Not set where it was not measured:
-    fewer programs, other padded sizes (the register count differs); with 16-row tiles on 4 warps (few
-    matrices) it cost 40x352 16.1 ms against 10.4. The Pallas port's kernel runs with 168 registers uncapped
-    (XLA's Triton on the H200, as the profiler's trace records it: `compare.kernel_times`), and its Triton
-    compiler parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
+    matrices run in one wave instead of two: faster in a driver A/B at 640x512, though each thread spills 72 bytes
+    (results/h200/eigh-variants-register-cap-one-warp.json). Not set where it was not measured: fewer programs,
+    other padded sizes (the register count differs); with 16-row tiles on 4 warps (few matrices) it was slower.
+    The Pallas port's kernel runs with 168 registers uncapped (XLA's Triton on the H200, as the profiler's trace
+    records it: `compare.kernel_times`), and its Triton compiler parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     return _register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
@@ -1187,10 +1186,9 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
 def _product_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the over-launches product of matrices padded to 1024, where column 0's programs
     outnumber the three four-warp programs an SM holds at the 159 registers it compiles to (H200, Triton 3.6): 128,
-    four an SM. H200 driver A/B in one run: 60x1024 dense 61.6 ms against 63.5, LAPACK geometric 78.8 against 80.9
-    (kernel time at 60x1024 mixed 21.4 against 23.2), though each thread spills 8 bytes; capped at 96 (five an SM,
-    144 bytes spilled) 69.7 and 87.2. Not set elsewhere: at 8x2048, whose 256 programs the SMs hold uncapped, 128
-    cost 111.8 ms against 84.7. Pallas's Triton compiler parameters have no cap."""
+    four an SM: faster in a driver A/B at 60x1024, though each thread spills 8 bytes; a cap of 96 (five an SM) was
+    slower (results/h200/eigh-variants-product-register-cap.json). Not set elsewhere: at 8x2048, whose 256 programs
+    the SMs hold uncapped, a cap was slower. Pallas's Triton compiler parameters have no cap."""
     if block_n != 1024:
         return None
     return _register_cap(programs, uncapped_an_sm=3, programs_an_sm=4, warps=OVER_LAUNCHES_PRODUCT_WARPS,
@@ -1200,9 +1198,8 @@ def _product_register_cap(programs: int, block_n: int, device: torch.device) -> 
 def _project_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the split Gram-Schmidt's project kernel at a padded 512, where its programs
     outnumber the two four-warp programs an SM holds at the 224 to 229 registers it compiles to (H200, Triton 3.6):
-    168, three an SM. H200 driver A/B, two runs: 640x512 clustered 112.7 ms against 116.1 and 112.7 against 115.6;
-    dense, mixed and LAPACK even 0.4 to 0.6 faster. Not set elsewhere: at 60x1024 mixed it cost 80.9 ms against
-    79.5; 128 (four an SM) tied or lost at both sizes (results/h200/NOTES.md)."""
+    168, three an SM: faster at 640x512 in two driver A/Bs (results/h200/eigh-variants-gram-schmidt-register-caps.json).
+    Not set elsewhere: at 60x1024 it was slower, and 128 (four an SM) tied or lost at both sizes."""
     if block_n != 512:
         return None
     return _register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT_WARPS, device=device)
@@ -1273,7 +1270,7 @@ def _eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
 def _transpose_kernel(src_ptr, dst_ptr, lengths_ptr, n, BLOCK: tl.constexpr, NORMALISE: tl.constexpr):
     """Program (b, i, j): dst[b] = src[b]^T on the BLOCK x BLOCK tile (i, j), read and written in rows (the
     compiler exchanges the tile through shared memory), where torch's strided copy reads one of the two
-    layouts a column at a time (H200, 640x512: 97.2 ms a call against 101.5). NORMALISE: src's column c over
+    layouts a column at a time, slower (results/h200/NOTES.md). NORMALISE: src's column c over
     lengths[b, c] (dst's rows unit vectors; a zero length leaves its column as it is)."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -1327,8 +1324,7 @@ def _repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Ten
 def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-program-a-matrix Gram-Schmidt: where its programs queue for the SMs, so
     that two fit an SM (`_registers_for`), if that leaves at least 128 (8 warps: 128; it compiles to 255, one
-    program an SM). H200, Triton 3.6, 640x512 (when that shape still ran this kernel; it now takes n < 512):
-    clustered 224 ms against 243, dense 122 against 124, although each thread spills 424 bytes
+    program an SM): faster where its programs queued, although each thread spills 424 bytes
     (results/h200/NOTES.md). None (no cap) otherwise. The Pallas port cannot do
     this: Pallas's Triton compiler parameters have no register cap."""
     if not 128 <= _registers_for(2, warps) < 255:
