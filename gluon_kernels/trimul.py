@@ -24,6 +24,8 @@ normed tensor goes through global memory). Same arithmetic, the same fp16 normed
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
@@ -32,10 +34,38 @@ from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, largest_power_of_two_divi
                           padded_inputs, padded_length, scratch, validate)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
-PAIRS = 64  # pairs per program in the projection and output kernels: one warpgroup's wgmma rows
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
-CONTRACT_STAGES = 3
-NORM_PROJECT_STAGES = 3  # the weights' TMA ring
+
+
+@dataclass(frozen=True)
+class GluonTriMulTiling:
+    """The Gluon port's tiles and launch settings, named as `ports.trimul.TriMulTiling`'s where they mean the same.
+
+    rows: pairs (b, i, k) per program in the norm-projection and output kernels, one warpgroup's wgmma rows;
+    tile_dim: the chunk of dim a weight tile of the norm-projection covers; tile_out: the chunk of dim written per
+    step of the output projection; tile_i = tile_j: the triangle contraction's square output tiles;
+    project_stages: the norm-projection's weight ring; contract_stages: the contraction's K loop.
+    """
+
+    rows: int
+    tile_dim: int
+    tile_out: int
+    tile_i: int
+    project_warps: int
+    contract_warps: int
+    output_warps: int = 4
+    project_stages: int = 3
+    contract_stages: int = 3
+
+
+def gluon_trimul_tiling(seq: int, dim: int, channels: int) -> GluonTriMulTiling:
+    """The tiles for N = seq (a multiple of SEQUENCE_MULTIPLE), dim and the padded channels."""
+    tile = largest_power_of_two_dividing(seq, 128)
+    # two warpgroups split a projection's channels where they come in 128s: fewer registers a thread, faster
+    # (results/h200/experiments/gluon-trimul/, "two warpgroups")
+    return GluonTriMulTiling(rows=64, tile_dim=largest_power_of_two_dividing(dim, 64),
+                             tile_out=largest_power_of_two_dividing(dim, 64), tile_i=tile,
+                             project_warps=8 if channels % 128 == 0 else 4, contract_warps=8 if tile == 128 else 4)
 
 
 @gluon.jit
@@ -229,23 +259,20 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     product = allocate((batch * channels * seq, seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
 
-    tile_dim = largest_power_of_two_dividing(dim, 64)
-    gated_desc = descriptor(gated, [channels, PAIRS])
-    # two warpgroups split a projection's channels where they come in 128s: 114 registers at dim 128, not 198
-    project_warps = 8 if channels % 128 == 0 else 4
-    _norm_project_kernel[(pairs // PAIRS,)](
+    tiles = gluon_trimul_tiling(seq, dim, channels)
+    gated_desc = descriptor(gated, [channels, tiles.rows])
+    _norm_project_kernel[(pairs // tiles.rows,)](
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
-        mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tile_dim]), gated_desc, batch,
-        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=NORM_PROJECT_STAGES, num_warps=project_warps)
-    tile = largest_power_of_two_dividing(seq, 128)
-    _triangle_kernel[((seq // tile) ** 2, batch * channels)](
-        descriptor(gated.view(3 * batch * channels * seq, seq), [tile, 64]), descriptor(product, [tile, tile]),
-        batch * channels, SEQ=seq, STAGES=CONTRACT_STAGES, num_warps=8 if tile == 128 else 4)
-    tile_out = largest_power_of_two_dividing(dim, 64)
-    _out_norm_project_kernel[(pairs // PAIRS,)](
-        descriptor(product.view(batch * channels, seq * seq), [channels, PAIRS]), gated_desc,
+        mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tiles.tile_dim]), gated_desc, batch,
+        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=tiles.project_stages, num_warps=tiles.project_warps)
+    _triangle_kernel[((seq // tiles.tile_i) ** 2, batch * channels)](
+        descriptor(gated.view(3 * batch * channels * seq, seq), [tiles.tile_i, 64]),
+        descriptor(product, [tiles.tile_i, tiles.tile_i]), batch * channels, SEQ=seq, STAGES=tiles.contract_stages,
+        num_warps=tiles.contract_warps)
+    _out_norm_project_kernel[(pairs // tiles.rows,)](
+        descriptor(product.view(batch * channels, seq * seq), [channels, tiles.rows]), gated_desc,
         by_channel(weights["to_out_norm.weight"]).contiguous(), by_channel(weights["to_out_norm.bias"]).contiguous(),
-        descriptor(out_weight_t, [channels, tile_out]), descriptor(out, [PAIRS, tile_out]), batch * channels,
-        seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=4)
+        descriptor(out_weight_t, [channels, tiles.tile_out]), descriptor(out, [tiles.rows, tiles.tile_out]),
+        batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
     return out if seq == length else out[:, :length, :length].contiguous()
