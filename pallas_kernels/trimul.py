@@ -183,9 +183,9 @@ def _trimul(x, mask, weights, *, hidden, interpret):
     )(gated.reshape(3 * batch * hidden * seq, seq))
     out = pl.pallas_call(
         functools.partial(_out_norm_project_kernel, batch_hidden=batch * hidden, pairs_per_batch=seq * seq,
-                          dim=dim, hidden=hidden, rows=tiles.rows, tile_out=tiles.tile_out),
+                          dim=dim, hidden=hidden, rows=tiles.output_rows, tile_out=tiles.tile_out),
         out_shape=jax.ShapeDtypeStruct((pairs, dim), jnp.float32),
-        grid=(pairs // tiles.rows,), compiler_params=params(tiles.output_warps), interpret=interpret,
+        grid=(pairs // tiles.output_rows,), compiler_params=params(tiles.output_warps), interpret=interpret,
         name="trimul_out_norm_project",
     )(product.reshape(batch * hidden, seq * seq), gated, weights["to_out_norm.weight"],
       weights["to_out_norm.bias"], out_weight_t)

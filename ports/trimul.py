@@ -269,11 +269,11 @@ def trimul_jax_xla(data):
 class TriMulTiling:
     """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
 
-    rows: pairs (b, i, k) per program in the projection and output kernels; norm_rows: pairs per
-    program in the LayerNorm kernel (fewer, so its [rows, dim] block stays in registers); tile_dim: the chunk of dim
-    reduced per step in the projections; tile_out: the chunk of dim written per step of the
-    output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles. Where dim <= 128 the Triton
-    port's output kernel takes 64 rows and 4 warps instead of rows and output_warps (triton_kernels/trimul.py).
+    rows: pairs (b, i, k) per program in the projection kernel; output_rows: the same in the output kernel;
+    norm_rows: pairs per program in the LayerNorm kernel (fewer, so its [rows, dim] block stays in registers);
+    tile_dim: the chunk of dim reduced per step in the projections; tile_out: the chunk of dim written per step of
+    the output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles. The Triton port takes
+    its own output rows and warps where dim <= 128 (`triton_kernels.trimul.triton_tiling`).
     """
 
     rows: int
@@ -283,6 +283,7 @@ class TriMulTiling:
     tile_i: int
     tile_j: int
     tile_k: int
+    output_rows: int = 128
     norm_warps: int = 4
     project_warps: int = 8
     contract_warps: int = 8

@@ -20,12 +20,14 @@ range (LayerNorm bounds the projections' inputs; products are sums of N gated te
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_inputs, padded_length, scratch,
-                          validate)
+from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, TriMulTiling, kernel_tiling, padded_inputs, padded_length,
+                          scratch, validate)
 
 
 @triton.jit
@@ -142,6 +144,14 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_no
         tl.store(out_rows + d0, tl.dot(tl.trans(normed), w))
 
 
+def triton_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
+    """The ports' shared tiles (`kernel_tiling`), with 64-row output tiles on 4 warps where dim <= 128: faster
+    here, while the Pallas port's lowering runs the shared 128-row tiling as fast already
+    (results/h200/experiments/trimul-output-rows/)."""
+    tiles = kernel_tiling(batch, seq, dim, hidden)
+    return dataclasses.replace(tiles, output_rows=64, output_warps=4) if dim <= 128 else tiles
+
+
 def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
 
@@ -153,7 +163,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     hidden = config["hidden_dim"]
     seq = padded_length(length)
     x, mask = padded_inputs(x, mask, seq)  # zeros, with mask 0: see padded_length
-    tiles = kernel_tiling(batch, seq, dim, hidden)
+    tiles = triton_tiling(batch, seq, dim, hidden)
     pairs = batch * seq * seq
     allocate = scratch(x.device, poison)
 
@@ -174,12 +184,9 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     _triangle_kernel[((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden)](
         gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
-    # at dim <= 128, 64 rows and 4 warps run faster here; the Pallas port's lowering runs the shared 128-row tiling
-    # as fast already (results/h200/experiments/trimul-output-rows/)
-    output_rows, output_warps = (64, 4) if dim <= 128 else (tiles.rows, tiles.output_warps)
-    _out_norm_project_kernel[(pairs // output_rows,)](
+    _out_norm_project_kernel[(pairs // tiles.output_rows,)](
         product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t, out,
-        batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=output_rows,
-        TILE_OUT=tiles.tile_out, num_warps=output_warps, num_stages=tiles.stages)
+        batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
+        TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
     return out if seq == length else out[:, :length, :length].contiguous()
