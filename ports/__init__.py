@@ -193,11 +193,15 @@ class Workload:
 def check_array(name: str, value) -> None:
     """Raise a TypeError naming the argument unless `value` is a torch tensor or a JAX array (a NumPy array or a
     list is refused here, before any port reaches for what only those two have)."""
-    module = type(value).__module__.split(".")[0]
-    if module not in ("torch", "jax", "jaxlib"):
-        raise TypeError(f"{name} must be a torch tensor or a JAX array, got {module}.{type(value).__qualname__}"
-                        if module != "builtins" else
-                        f"{name} must be a torch tensor or a JAX array, got {type(value).__name__}")
+    if not _array_type(type(value)):
+        module = type(value).__module__.split(".")[0]
+        shown = type(value).__name__ if module == "builtins" else f"{module}.{type(value).__qualname__}"
+        raise TypeError(f"{name} must be a torch tensor or a JAX array, got {shown}")
+
+
+@functools.cache
+def _array_type(cls: type) -> bool:  # by type, once: the ports validate about a dozen arrays a call
+    return cls.__module__.split(".")[0] in ("torch", "jax", "jaxlib")
 
 
 def dtype_name(value) -> str:
