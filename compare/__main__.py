@@ -45,7 +45,8 @@ def parse_args(argv):
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
     parser.add_argument("--plot", type=Path, help="write a PNG chart of time per case per implementation")
     parser.add_argument("--pool", type=int, default=3, help="distinct input sets per timed case (default 3)")
-    parser.add_argument("--iters", type=int, default=10, help="calls per case after the first and the warm-up, each on a never-seen input and "
+    parser.add_argument("--iters", type=int, default=10,
+                        help="calls per case after the first and the warm-up, each on a never-seen input and "
                              "checked, and timed where the case set is (at least this many; default 10)")
     parser.add_argument("--max-seconds", type=float, default=60.0,
                         help="stop calling a case after this long (output checks included) once 3 runs are done, "

@@ -159,8 +159,8 @@ def _triangle_kernel(gated_gmem, product_gmem, *scratch, batch_hidden: int, seq:
 
 def contraction_tiling(seq: int) -> MosaicTiling:
     """Where 256 divides N, 128 x 256 tiles, warp-specialised (a memory warpgroup feeding two compute warpgroups, 4
-    stages), faster than 128 x 128 tiles in one warpgroup (results/h200/experiments/trimul-mosaic-gpu/); elsewhere 128 x 128 (64 x 64 where 128 does not divide N) in
-    one warpgroup, 2 stages."""
+    stages), faster than 128 x 128 tiles in one warpgroup (results/h200/experiments/trimul-mosaic-gpu/); elsewhere
+    128 x 128 (64 x 64 where 128 does not divide N) in one warpgroup, 2 stages."""
     if seq % 256 == 0:
         return MosaicTiling(tile_m=128, tile_n=256, tile_k=64, stages=4, compute_warpgroups=2)
     tile = largest_power_of_two_dividing(seq, 128)

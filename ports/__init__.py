@@ -226,8 +226,8 @@ PACKED_TENSOR_BYTES = 1 << 20  # tensors up to this size cross to JAX together (
 def to_framework(framework: str, inputs):
     """Hand torch inputs to a framework: unchanged for torch, through DLPack for JAX.
 
-    A DLPack import costs JAX host time whatever the tensor's size (results/h200/experiments/call-cost-dlpack-pieces.txt),
-    so the
+    A DLPack import costs JAX host time whatever the tensor's size
+    (results/h200/experiments/call-cost-dlpack-pieces.txt), so the
     tensors of up to PACKED_TENSOR_BYTES (TriMul's eleven weights and a small mask) are copied as bytes into one
     buffer per device, imported once and split and bit-cast back to their types by one jitted function; larger
     tensors, and 64-bit ones, are imported alone, as views with no copy.

@@ -61,7 +61,8 @@ wrong_on_its_second_call = _doubles_except("wrong_on_its_second_call", lambda co
 def workload(*extra):
     cases = [dict(n=n, seed=n) for n in (3, 100)]
     return Workload(
-        name="double", cases={"smoke": cases, "test": [dict(n=n, seed=n) for n in (17, 64)]}, make_inputs=lambda case, seed, device: torch.randn(
+        name="double", cases={"smoke": cases, "test": [dict(n=n, seed=n) for n in (17, 64)]},
+        make_inputs=lambda case, seed, device: torch.randn(
             case["n"], generator=torch.Generator().manual_seed(seed)),
         reference=lambda x: 2 * x.double(), case_name=lambda case: f"n{case['n']}",
         check=lambda x, out, expected: Check(bool(torch.allclose(out.double(), expected, atol=1e-5))),
@@ -206,7 +207,8 @@ def test_against_a_saved_run_catches_a_planted_slowdown_and_a_bit_change(tmp_pat
 
     monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
     saved, rerun = tmp_path / "saved.json", tmp_path / "rerun.json"
-    timed = ["--impl", "first,second", "--cases", "smoke", "--time", "--iters", "5", "--pool", "2", "--max-seconds", "0.5"]
+    timed = ["--impl", "first,second", "--cases", "smoke", "--time", "--iters", "5", "--pool", "2",
+             "--max-seconds", "0.5"]
     monkeypatch.setattr(ports, "get_workload", lambda name: workload())
     assert compare_main(["double", *timed, "--json", str(saved)]) == 0
     assert compare_main(["double", "--impl", "first,second", "--cases", "smoke", "--against", str(saved)]) == 0
@@ -362,7 +364,8 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
 
 def test_jax_ports_pad_with_zeros_and_cut_back_in_compiled_calls():
     # the JAX ports' shared padding (ports.jax_padding): zeros appended on every axis, the corner cut back
-    # unchanged, each a jitted call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas matmul 0.5 ms a call)
+    # unchanged, each a jitted call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas
+    # matmul more than its kernels: results/h200/experiments/pallas-matmul-jitted-padding/)
     jax = pytest.importorskip("jax")
     import numpy as np
 

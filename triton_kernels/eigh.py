@@ -1176,7 +1176,8 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     (results/h200/eigh-variants-register-cap-one-warp.json). Not set where it was not measured: fewer programs,
     other padded sizes (the register count differs); with 16-row tiles on 4 warps (few matrices) it was slower.
     The Pallas port's kernel runs with 168 registers uncapped (XLA's Triton on the H200, as the profiler's trace
-    records it: `compare.kernel_times`), and its Triton compiler parameters have no cap. On CPU tensors (`compare.hopper_compile`) no cap is set."""
+    records it: `compare.kernel_times`), and its Triton compiler parameters have no cap. On CPU tensors
+    (`compare.hopper_compile`) no cap is set."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     return _register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
