@@ -8,6 +8,7 @@ skipped tests, each failure's first lines and the slowest tests. Arguments after
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,8 +58,6 @@ def main(argv=None) -> int:
                         help="pytest-xdist workers (default: the project's, one a core on a CPU, one on a GPU)")
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest (default: the whole suite)")
     args = parser.parse_args(argv)
-    import subprocess
-
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
