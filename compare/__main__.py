@@ -67,8 +67,9 @@ def parse_args(argv):
                         help="skip the workload's property sweeps (e.g. matmul batch invariance)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=IMPL:FILE",
                         help="also run FILE's copy of implementation IMPL's module as NAME, e.g. "
-                             "fast=triton:eigh_fast.py (IMPL's function, from FILE): an A/B of a kernel change "
-                             "in the same run, by the same method; repeatable")
+                             "fast=triton:trimul_fast.py (IMPL's function, from FILE), or, for a port that is a "
+                             "package (eigh), a copy of its package directory: an A/B of a kernel change in the "
+                             "same run, by the same method; repeatable")
     parser.add_argument("--against", type=Path, metavar="SAVED.json",
                         help="compare the run with a saved one of the same workload (e.g. results/h200/matmul.json):"
                              " newly failing, output bits changed (same GPU and versions only), slower beyond noise "

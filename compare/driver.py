@@ -182,7 +182,8 @@ def property_results(workload: Workload, impl: Implementation, device: str, size
 
 def with_variants(workload: Workload, specs: list[str]) -> Workload:
     """The workload with a variant implementation for each "NAME=IMPL:FILE": FILE's copy of implementation
-    IMPL's module (the function IMPL calls, from FILE), run as NAME with IMPL's framework, backend and needs, so
+    IMPL's module (the function IMPL calls, from FILE), or, where IMPL's module is a package (a module per stage),
+    FILE a directory holding a copy of that package, run as NAME with IMPL's framework, backend and needs, so
     that a kernel change is measured against the port in the same run and by the same method. ValueError
     (or KeyError, for an unknown IMPL) if a spec is malformed, its name taken or its file missing."""
     variants = []
@@ -190,13 +191,13 @@ def with_variants(workload: Workload, specs: list[str]) -> Workload:
         name, _, rest = spec.partition("=")
         base_name, _, path = rest.partition(":")
         if not (name and base_name and path):
-            raise ValueError(f"a variant is NAME=IMPL:FILE, e.g. fast=triton:eigh_fast.py; got {spec!r}")
+            raise ValueError(f"a variant is NAME=IMPL:FILE, e.g. fast=triton:trimul_fast.py; got {spec!r}")
         taken = [impl.name for impl in workload.implementations + tuple(variants)]
         if name in taken:
             raise ValueError(f"variant name {name!r} is taken; taken: {', '.join(taken)}")
         base = workload.implementation(base_name)
-        if not (path.endswith(".py") and os.path.isfile(path)):
-            raise ValueError(f"variant {name!r}: {path!r} is not a Python file")
+        if not (path.endswith(".py") and os.path.isfile(path) or os.path.isfile(os.path.join(path, "__init__.py"))):
+            raise ValueError(f"variant {name!r}: {path!r} is not a Python file or package")
         function = base.target.rsplit(":", 1)[1]
         variants.append(dataclasses.replace(base, name=name, label=f"{base.label}, variant from {path}",
                                             target=f"{os.path.abspath(path)}:{function}"))

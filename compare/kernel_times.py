@@ -1,7 +1,7 @@
 """Where the time goes: per-kernel GPU time of implementations on one case, from torch.profiler.
 
     python -m compare.kernel_times trimul --case bench:6 --impl triton,pallas
-    python -m compare.kernel_times eigh --case bench:3 --impl triton --variant capped=triton:eigh_capped.py
+    python -m compare.kernel_times eigh --case bench:3 --impl triton --variant capped=triton:eigh_capped
 
 The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdown is the
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls

@@ -107,7 +107,8 @@ def provenance(impls: Sequence[Implementation]) -> dict:
     """What made the run: the commit the environment's CROSSPORT_COMMIT names, where set (a copy of a tree whose
     git metadata is older than its files, as on a machine that gets the working tree copied, names its real
     commit so; dirty unknown), else the git commit and whether tracked files differed from it, and each
-    implementation's source file (relative to the project, variants included) with its SHA-256."""
+    implementation's source file or package (relative to the project, variants included) with its SHA-256
+    (`source_digest`)."""
     commit = _command_output("git", "rev-parse", "HEAD", cwd=PROJECT_ROOT)
     if os.environ.get("CROSSPORT_COMMIT") or not commit:
         record = {"commit": os.environ.get("CROSSPORT_COMMIT"), "dirty": None, "commit_from": "CROSSPORT_COMMIT"}
@@ -117,14 +118,25 @@ def provenance(impls: Sequence[Implementation]) -> dict:
     sources = {}
     for impl in impls:
         path = impl.source_path()
-        if path and os.path.isfile(path):
+        if path and os.path.exists(path):
             absolute = os.path.abspath(path)
             shown = absolute[len(PROJECT_ROOT):] if absolute.startswith(PROJECT_ROOT) else os.path.basename(path)
-            sources[impl.name] = {"file": shown, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+            sources[impl.name] = {"file": shown, "sha256": source_digest(Path(path))}
         else:
             sources[impl.name] = {"file": None, "sha256": None}
     record["sources"] = sources
     return record
+
+
+def source_digest(path: Path) -> str:
+    """SHA-256 of a source file, or of a package directory's Python files (each one's path within it and its
+    bytes, in order of path)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        digest.update(path.read_bytes())
+    for file in sorted(path.rglob("*.py")) if path.is_dir() else ():
+        digest.update(file.relative_to(path).as_posix().encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
 
 
 def traceback_text() -> str:

@@ -17,6 +17,7 @@ import functools
 import importlib
 import importlib.util
 import itertools
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -128,34 +129,43 @@ class Implementation:
         return ported_backend(self.backend)
 
     def source_path(self) -> str | None:
-        """The file that holds the implementation's function, found without importing it (None if not found)."""
+        """The file that holds the implementation's function, or the directory of the package that does (a port
+        split into a module per stage), found without importing it (None if not found)."""
         module_name = self.target.rsplit(":", 1)[0]
-        if module_name.endswith(".py"):
+        if module_name.endswith(".py") or os.path.isdir(module_name):
             return module_name
         try:
             spec = importlib.util.find_spec(module_name)
         except ImportError:
             return None
+        if spec and spec.submodule_search_locations:
+            return os.path.dirname(spec.origin)
         return spec.origin if spec else None
 
     def load(self) -> Callable:
         module_name, function_name = self.target.rsplit(":", 1)
-        if module_name.endswith(".py"):
+        if module_name.endswith(".py") or os.path.isdir(module_name):
             return getattr(_module_from_file(module_name), function_name)
         return getattr(importlib.import_module(module_name), function_name)
 
 
 @functools.cache
 def _module_from_file(path: str):
-    """The module in a file, executed once: a variant of a port (a copy of its module with a change)."""
+    """The module in a file, or the package in a directory (its modules importing each other relatively), executed
+    once: a variant of a port (a copy of its module, or of its package, with a change)."""
     name = f"variant_{abs(hash(path))}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    if os.path.isdir(path):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(path, "__init__.py"),
+                                                      submodule_search_locations=[path])
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[name]
+        for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
+            del sys.modules[loaded]
         raise
     return module
 

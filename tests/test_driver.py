@@ -8,12 +8,12 @@ import torch
 
 import ports
 from compare.__main__ import main as compare_main
+from compare.driver import Settings, run
+from ports import Implementation
 from ports import trimul as spec
 
 ON_GPU = torch.cuda.is_available()
 SMOKE = spec.SMOKE_CASES
-from compare.driver import Settings, run
-from ports import Implementation
 
 
 def cached_trimul(data, _memory={}):

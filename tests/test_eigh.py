@@ -134,9 +134,10 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported)
 
 
-def kernels_module(port: str):
-    """The module that holds a port's kernels and stages (its registered function's module)."""
-    return importlib.import_module(spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0])
+def stage_module(port: str, stage: str):
+    """The module of one stage of a port (`jacobi`, `tridiagonal`, `bisection`, `inverse_iteration`, `gram_schmidt`,
+    `back_transform`): a module of its registered function's package, named alike in every port."""
+    return importlib.import_module(f'{spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0]}.{stage}')
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
@@ -195,11 +196,11 @@ def tridiagonal(d, e):
     return torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
 
 
-def port_stage(port, name):
-    """A stage of a port (the on-chip Jacobi's `_on_chip`; the n > 64 path's `_reduce`, `_eigenvalues`, `_vectors`,
-    `_orthonormalize`, `_repair`, `_back_transform`) on torch tensors: the Pallas port's through DLPack, as
-    ports.custom_kernel, interpreted off the GPU."""
-    stage = getattr(kernels_module(port), name)
+def port_stage(port, stage, name):
+    """A stage's function (`jacobi.on_chip`; the n > 64 path's `tridiagonal.reduce`, `bisection.eigenvalues`,
+    `inverse_iteration.vectors` and `.repair`, `gram_schmidt.orthonormalize`, `back_transform.apply`) of a port on
+    torch tensors: the Pallas port's through DLPack, as ports.custom_kernel, interpreted off the GPU."""
+    stage = getattr(stage_module(port, stage), name)
     if port == "triton":
         return stage
     return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
@@ -211,7 +212,7 @@ def test_on_chip_jacobi_stops_at_eps(port):
     # its pairs' A[p, q] to zero, their rounding remnants of 1 to 4 eps kept dense matrices sweeping to the cap.
     a = spec.make_inputs(spec._case(4, 32, 0, 91, "dense"), 91, DEVICE)
     a[2:] = spec.make_inputs(spec._case(2, 32, 0, 92, "clustered"), 92, DEVICE)
-    _, _, sweeps, _ = port_stage(port, "_on_chip")(a)
+    _, _, sweeps, _ = port_stage(port, "jacobi", "on_chip")(a)
     assert int(sweeps[:2].max()) <= 8 and int(sweeps.max()) < spec.JACOBI_MAX_SWEEPS, sweeps.flatten().tolist()
 
 
@@ -238,7 +239,7 @@ def poison_triton_buffers(port, kernels, monkeypatch):
     """The Triton port's scratch buffers start as NaN (Pallas interpret mode fills its outputs with NaN already), so
     a kernel that reads an entry nothing wrote fails the test."""
     if port == "triton":
-        monkeypatch.setattr(kernels, "_empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
+        monkeypatch.setattr(kernels, "empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -247,7 +248,7 @@ def test_one_launch_product_in_small_tiles(port, monkeypatch):
     # down: with 8 x 16 tiles (2 rows a warp on 4 warps), n = 70 takes 5 blocks (the last partial) of up to 9 row
     # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: poisoned, so
     # reading one fails.
-    kernels = kernels_module(port)
+    kernels = stage_module(port, "tridiagonal")
     for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
         assert getattr(kernels, name) != value
         monkeypatch.setattr(kernels, name, value)
@@ -261,7 +262,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
     # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
     # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
     # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
-    kernels = kernels_module(port)
+    kernels = stage_module(port, "tridiagonal")
     monkeypatch.setattr(spec, "TILE", 256)  # the ports' row blocks (`row_blocks`)
     for module in (spec, kernels):
         monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
@@ -277,7 +278,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
 def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
     # Over launches the column kernel reads V and W PANEL_CHUNK members at a time only from a padded 2048; here
     # (a padded 128) it does so too, as the one-launch kernel always does.
-    kernels = kernels_module(port)
+    kernels = stage_module(port, "tridiagonal")
     monkeypatch.setattr(kernels, "column_panel_chunk", lambda block_n: spec.PANEL_CHUNK)
     assert spec.PANEL_CHUNK < spec.TRIDIAGONAL_PANEL
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
@@ -289,7 +290,7 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
     # With 16 reflectors a panel and 32 vectors a program, n = 70 takes 5 panels (the last one partial) and 3
     # programs a matrix (the last partial); with 32-column chunks a panel's first chunk also holds columns before
     # its first reflector, which the update must leave alone.
-    kernels = kernels_module(port)
+    kernels = stage_module(port, "back_transform")
     settings = {"BACK_TRANSFORM_REFLECTORS": reflectors, "BACK_TRANSFORM_CHUNK": chunk, "BACK_TRANSFORM_VECTORS": 32}
     assert kernels.BACK_TRANSFORM_REFLECTORS != reflectors and kernels.BACK_TRANSFORM_VECTORS != 32
     for name, value in settings.items():
@@ -300,9 +301,9 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
 def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     batch, n = 2, 70
     a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
-    w, d, e, tau, scale, bounds = port_stage(port, "_reduce")(a, one_launch)
+    w, d, e, tau, scale, bounds = port_stage(port, "tridiagonal", "reduce")(a, one_launch)
     eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
-    h = port_stage(port, "_back_transform")(w, tau, eye).double()
+    h = port_stage(port, "back_transform", "apply")(w, tau, eye).double()
     t = tridiagonal(d, e)
     scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
     eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
@@ -311,7 +312,8 @@ def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
     assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
 
 
-@pytest.mark.parametrize("stage, n, arguments", [("_on_chip", 16, ()), ("_reduce", 70, (True,))],
+@pytest.mark.parametrize("stage, n, arguments", [(("jacobi", "on_chip"), 16, ()),
+                                                 (("tridiagonal", "reduce"), 70, (True,))],
                          ids=["jacobi", "symmetrize"])
 @pytest.mark.parametrize("port", PORTS)
 def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage, n, arguments):
@@ -323,8 +325,8 @@ def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage,
     zeroed[1, 5, 6] = zeroed[1, 6, 5] = zeroed[0, n - 1, 0] = 0.0
     a[1, 5, 6] = a[1, 6, 5] = float("nan")
     a[0, n - 1, 0] = -float("inf")
-    *outputs, bounds = port_stage(port, stage)(a, *arguments)
-    *expected, clean_bounds = port_stage(port, stage)(zeroed, *arguments)
+    *outputs, bounds = port_stage(port, *stage)(a, *arguments)
+    *expected, clean_bounds = port_stage(port, *stage)(zeroed, *arguments)
     assert all(torch.equal(x, y) for x, y in zip(outputs, expected))
     assert float(bounds[..., 0].sum()) == 3 and float(clean_bounds[..., 0].sum()) == 0
     assert float(bounds[..., 1].max()) == float(zeroed.abs().max())
@@ -335,13 +337,13 @@ def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage,
 def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
     # T = tridiag(1, d, 1) with |d| small: partial pivoting swaps most rows, whose pivot and superdiagonals the back
     # substitution forms again from T. Without the repair, the vectors must already be T's, orthonormal.
-    monkeypatch.setattr(kernels_module(port), "_repair", lambda z, *_, **__: (z, None))
+    monkeypatch.setattr(stage_module(port, "inverse_iteration"), "repair", lambda z, *_, **__: (z, None))
     batch, n = 2, 70
     d = (0.1 * torch.randn(batch, n, generator=torch.Generator().manual_seed(3))).to(DEVICE)
     e = torch.ones(batch, n, device=DEVICE)
     e[:, -1] = 0.0
-    values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
-    z = port_stage(port, "_vectors")(d, e, values, norm).double()
+    values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
+    z = port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm).double()
     t = tridiagonal(d, e)
     residual = float((z @ t - values.double()[:, :, None] * z).abs().max())  # z's rows are the vectors
     assert residual < 10 * n * spec.EPS * float(norm.max())
@@ -361,7 +363,8 @@ def test_bisection_finds_tridiagonal_eigenvalues_to_eps(port):
     d[1, 0] = 1.0
     d[2] += torch.where(torch.arange(n) < n // 2, -1e3, 1e3)
     e[:, -1] = 0.0
-    values, norm, _ = port_stage(port, "_eigenvalues")(d.to(DEVICE), e.to(DEVICE), torch.ones(batch, device=DEVICE))
+    eigenvalues = port_stage(port, "bisection", "eigenvalues")
+    values, norm, _ = eigenvalues(d.to(DEVICE), e.to(DEVICE), torch.ones(batch, device=DEVICE))
     errors = (values.double().cpu() - torch.linalg.eigvalsh(tridiagonal(d, e))).abs().amax(dim=1)
     scaled = errors / (spec.EPS * norm.double().cpu())
     assert bool((scaled <= 1).all()), scaled.tolist()
@@ -385,8 +388,8 @@ def test_vectors_of_a_long_chained_cluster(port):
     # check's gate is 100). A few minutes in the Triton interpreter.
     data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
     d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
-    values, norm, _ = port_stage(port, "_eigenvalues")(d, e, torch.ones(1, device=DEVICE))
-    assert_sound_vectors(port_stage(port, "_vectors")(d, e, values, norm), d, e, values, norm)
+    values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(1, device=DEVICE))
+    assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
 
 
 WIDE_SHIFT_GROUPS = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_wide_shift_groups.pt")
@@ -404,7 +407,7 @@ def test_vectors_of_a_wide_shift_group(port, index):
     data = WIDE_SHIFT_GROUPS[index]
     d, e, values = (data[key][None].to(DEVICE) for key in ("d", "e", "values"))
     norm = data["norm"][None].to(DEVICE)
-    assert_sound_vectors(port_stage(port, "_vectors")(d, e, values, norm), d, e, values, norm)
+    assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
 
 
 @pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
@@ -432,8 +435,8 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolle
             vectors[j] = (basis[cluster[0]] + 1e-2 * basis[j] + 1e-2 * basis[j - 1]
                           + 1e-3 * basis[cluster[0]:j].sum(dim=0))
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    z = port_stage(port, "_orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
-                                                   torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
+    z = port_stage(port, "gram_schmidt", "orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
+                                                           torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
     z = z[0].double().cpu()
     # float32 rounding, amplified by the cancellation (about eps / 1e-2; a share left out gives 0.7)
     assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 3e-5
@@ -460,8 +463,9 @@ def test_gram_schmidt_leaves_panels_without_clusters(port, split):
     vectors = basis.clone()
     vectors[48] = basis[47] + 1e-2 * basis[48]
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    out = port_stage(port, "_orthonormalize")(z.clone(), values.float()[None].to(DEVICE).contiguous(),
-                                              torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
+    orthonormalize = port_stage(port, "gram_schmidt", "orthonormalize")
+    out = orthonormalize(z.clone(), values.float()[None].to(DEVICE).contiguous(), torch.ones(1, device=DEVICE),
+                         spec.CLUSTER_GAP, split)
     untouched = [j for j in range(n) if not 16 <= j < 64]
     assert torch.equal(out[0, untouched], z[0, untouched])
     done = out[0].double().cpu()
@@ -498,7 +502,7 @@ def test_repair_restores_vectors_spoiled_along_far_clusters(port):
     norm = t.abs().sum(-1).amax(-1)
     as_input = [x.float().to(DEVICE).contiguous() for x in (z, d, e, values)]
     before = as_input[0].double().cpu()
-    out, residual = port_stage(port, "_repair")(*as_input, norm.float().to(DEVICE))
+    out, residual = port_stage(port, "inverse_iteration", "repair")(*as_input, norm.float().to(DEVICE))
     out, residual = out.double().cpu(), residual.double().cpu()
     for b, rows in spoiled.items():
         sound = [j for j in range(n) if j not in rows]
@@ -521,22 +525,22 @@ def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memor
 def test_triton_register_caps_only_where_programs_queue(monkeypatch):
     # The Triton port caps a kernel's registers where its programs outnumber what an H200's 132 SMs hold uncapped, at
     # the padded sizes the caps were measured at, and never on CPU tensors (`compare.hopper_compile`).
-    triton_eigh = importlib.import_module("triton_kernels.eigh")
+    tridiagonal, gram_schmidt = (stage_module("triton", stage) for stage in ("tridiagonal", "gram_schmidt"))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("H200", (), {
         "multi_processor_count": 132}))
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert triton_eigh._product_register_cap(60 * 32, 1024, cuda) == 128  # 4 four-warp programs an SM
-    assert triton_eigh._product_register_cap(3 * 132, 1024, cuda) is None  # held uncapped, 3 an SM
-    assert triton_eigh._product_register_cap(60 * 32, 2048, cuda) is None
-    assert triton_eigh._product_register_cap(60 * 32, 1024, cpu) is None
-    assert triton_eigh._project_register_cap(640 * 8, 512, cuda) == 168  # 3 an SM
-    assert triton_eigh._project_register_cap(16 * 8, 512, cuda) is None
-    assert triton_eigh._project_register_cap(60 * 16, 1024, cuda) is None
-    assert triton_eigh._tridiagonal_register_cap(640, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) == 168  # 6 an SM
-    assert triton_eigh._tridiagonal_register_cap(4 * 132, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) is None
-    assert triton_eigh._two_programs_an_sm(640, 8, cuda) == 128
-    assert triton_eigh._two_programs_an_sm(640, 16, cuda) is None  # 64 registers: too few
-    assert triton_eigh._two_programs_an_sm(132, 8, cuda) is None
+    assert tridiagonal._product_register_cap(60 * 32, 1024, cuda) == 128  # 4 four-warp programs an SM
+    assert tridiagonal._product_register_cap(3 * 132, 1024, cuda) is None  # held uncapped, 3 an SM
+    assert tridiagonal._product_register_cap(60 * 32, 2048, cuda) is None
+    assert tridiagonal._product_register_cap(60 * 32, 1024, cpu) is None
+    assert gram_schmidt._project_register_cap(640 * 8, 512, cuda) == 168  # 3 an SM
+    assert gram_schmidt._project_register_cap(16 * 8, 512, cuda) is None
+    assert gram_schmidt._project_register_cap(60 * 16, 1024, cuda) is None
+    assert tridiagonal._tridiagonal_register_cap(640, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) == 168  # 6 an SM
+    assert tridiagonal._tridiagonal_register_cap(4 * 132, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) is None
+    assert gram_schmidt._two_programs_an_sm(640, 8, cuda) == 128
+    assert gram_schmidt._two_programs_an_sm(640, 16, cuda) is None  # 64 registers: too few
+    assert gram_schmidt._two_programs_an_sm(132, 8, cuda) is None
 
 
 def test_sizes_beyond_32_bit_offsets_are_refused():
@@ -562,6 +566,32 @@ def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
     for comparison in record["cross"]:  # eigenvalues of magnitude up to 1 (sqrt(fp32 max) for "high")
         magnitude = spec.MAGNITUDES["high"] if "high_magnitude" in comparison["case"] else 1.0
         assert comparison["max_abs_diff"] < 1e-4 * magnitude, comparison
+
+
+def test_a_stage_is_varied_as_a_copy_of_its_port_package(tmp_path):
+    # `--variant NAME=IMPL:DIR` runs a copy of the port's package (its stages import each other relatively): here the
+    # copy's Jacobi stage doubles its eigenvalues, and the variant fails where the port passes; the record's
+    # provenance hashes each package whole
+    import json
+    import shutil
+
+    from compare.__main__ import main
+
+    copy = tmp_path / "eigh_doubled"
+    shutil.copytree(pathlib.Path(stage_module("triton", "jacobi").__file__).parent, copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    text = (copy / "jacobi.py").read_text()
+    planted = text.replace("    return vectors, values, sweeps, bounds\n", "    return vectors, 2 * values, sweeps, bounds\n")
+    assert planted != text
+    (copy / "jacobi.py").write_text(planted)
+    path = tmp_path / "variant.json"
+    assert main(["eigh", "--impl", "triton", "--variant", f"doubled=triton:{copy}", "--cases", "smoke:0",
+                 "--iters", "1", "--json", str(path)]) == 1
+    record = json.loads(path.read_text())
+    assert {r["impl"]: r["status"] for r in record["results"]} == {"triton": "pass", "doubled": "fail"}
+    sources = record["provenance"]["sources"]
+    assert sources["triton"]["file"] == "triton_kernels/eigh" and sources["doubled"]["file"] == "eigh_doubled"
+    assert sources["triton"]["sha256"] != sources["doubled"]["sha256"]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 17, 40, 64])

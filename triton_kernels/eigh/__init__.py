@@ -1,0 +1,94 @@
+"""Batched symmetric eigendecomposition in Triton, one module per stage.
+
+n <= 64: the on-chip Jacobi (`jacobi`), one program per matrix with the matrix in registers; the launcher sorts
+the eigenvalues (glue).
+
+n > 64: the LAPACK dsytrd + dstebz + dstein route, each stage written for batches of matrices:
+1. `tridiagonal`: Householder reflectors T = H^T (A / max|A|) H, in one launch or over launches;
+2. `bisection`: T's eigenvalues from Sturm counts, one lane per eigenvalue;
+3. `inverse_iteration`: T's eigenvectors, INVERSE_ITERATIONS rounds, each followed by the clusters' block
+   Gram-Schmidt (`gram_schmidt`), then the repair of vectors whose residual is still large;
+4. `back_transform`: Q = H Z in LAPACK's compact WY form.
+
+The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the kernels that read A first
+(`common.checked`): they count what they read, zero the entries that are not finite (so that no later kernel sees
+them) and leave three bounds, which the call reads after its last kernel, in its one synchronisation, raising if
+the input was bad. Fewer than ONE_LAUNCH_BATCH matrices replay their path's kernels from a CUDA graph
+(`_replayed`). Nothing is kept between calls but compiled kernels and those graphs' buffers. Why the shifts,
+clusters and rounds are what they are: ports/eigh.py and results/h200/NOTES.md.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+
+from ports.eigh import CUDA_GRAPH_SHAPES, JACOBI_MAX_N, check_offsets, check_shape, jacobi_size, shares_the_sms
+from . import back_transform, bisection, inverse_iteration, jacobi, tridiagonal
+from .common import check_bounds
+
+
+def _tridiagonal(a: torch.Tensor):
+    """(Q, L, the checks' bounds) by tridiagonalisation, bisection, inverse iteration and back-transformation
+    (n > 64)."""
+    w, d, e, tau, scale, bounds = tridiagonal.reduce(a)  # T = H^T (A / scale) H: d, e; H's reflectors in w, tau
+    values, norm, eigenvalues = bisection.eigenvalues(d, e, scale)  # T's, then times scale: A's
+    z = inverse_iteration.vectors(d, e, values, norm)  # T's eigenvectors as rows
+    return back_transform.apply(w, tau, z), eigenvalues, bounds.amax(dim=(0, 1))
+
+
+def _jacobi(a: torch.Tensor):
+    """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
+    batch, n, _ = a.shape
+    size = jacobi_size(n)
+    check_offsets(batch, size)
+    vectors, values, _, bounds = jacobi.on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
+    vectors, values = vectors[:, :n, :n], values[:, :n]
+    values, order = values.sort(dim=-1)
+    return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values, bounds.amax(dim=0)
+
+
+_GRAPHS: OrderedDict = OrderedDict()  # (path, shape, device) -> (CUDA graph, its input, its outputs), newest last
+
+
+def _replayed(path, a: torch.Tensor):
+    """path(a) (`_jacobi` or `_tridiagonal`) from a CUDA graph captured on the shape's first call, replayed on a
+    copy of this call's input: every kernel runs on every call, but the graph's launches (over launches two a
+    column; four a Gram-Schmidt panel from n = 512; for n <= 64 the pad's, the Jacobi's, the sort's, the gather's and
+    the bounds') cost one
+    launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    key = (path, tuple(a.shape), a.device)
+    if key not in _GRAPHS:
+        static_input = a.clone()
+        path(static_input)  # compiles every kernel before the capture
+        torch.cuda.synchronize(a.device)
+        graph = torch.cuda.CUDAGraph()
+        # thread-local: JAX's runtime threads (the driver runs both ports in one process) may call CUDA meanwhile
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            outputs = path(static_input)
+        _GRAPHS[key] = (graph, static_input, outputs)
+        while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
+            _GRAPHS.popitem(last=False)
+    _GRAPHS.move_to_end(key)
+    graph, static_input, outputs = _GRAPHS[key]
+    static_input.copy_(a)
+    graph.replay()
+    return tuple(output.clone() for output in outputs)  # the graph's buffers are overwritten by the next call
+
+
+def eigh(a: torch.Tensor):
+    """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending. Waits for its kernels: the
+    input's checks are read after the last."""
+    check_shape(a)
+    batch, n, _ = a.shape
+    if batch == 0 or n == 0:
+        return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
+    a = a.contiguous()
+    path = _tridiagonal if n > JACOBI_MAX_N else _jacobi
+    if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
+        q, values, bounds = _replayed(path, a)
+    else:
+        q, values, bounds = path(a)
+    check_bounds(bounds)
+    return q, values
