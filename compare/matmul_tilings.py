@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from ports import first_difference
-    from ports.matmul import MatmulTiling
+    from ports.matmul_common import MatmulTiling
     from triton_kernels.matmul import matmul
 
     device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float16)

@@ -30,8 +30,8 @@ import torch
 
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from gluon_kernels.matmul import descriptor, k_loop, store_tile
-from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, largest_power_of_two_dividing, check_kernel_sizes,
-                          padded_inputs, padded_length, scratch, validate)
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
+from ports.trimul_common import check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length, scratch
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
@@ -39,7 +39,8 @@ MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
 
 @dataclass(frozen=True)
 class GluonTriMulTiling:
-    """The Gluon port's tiles and launch settings, named as `ports.trimul.TriMulTiling`'s where they mean the same.
+    """The Gluon port's tiles and launch settings, named as `ports.trimul_common.TriMulTiling`'s where they mean the
+    same.
 
     rows: pairs (b, i, k) per program in the norm-projection and output kernels, one warpgroup's wgmma rows;
     tile_dim: the chunk of dim a weight tile of the norm-projection covers; tile_out: the chunk of dim written per

@@ -40,7 +40,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, interpret_params, swizzle,
                                        swizzled_layout)
 from ports.jax_padding import cut_to, zero_padded
-from ports.matmul import PROGRAMS_WANTED, SMALL_M, validate
+from ports.matmul import validate
+from ports.matmul_common import PROGRAMS_WANTED, SMALL_M
 
 EPILOGUE_TILE = 64  # the warp-specialised kernel's output pieces: 64 x 64
 SHARED_MEMORY = 200 * 1024  # of the H200's 227 KiB a CTA may use, what the small tiles' stages may take

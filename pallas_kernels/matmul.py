@@ -18,7 +18,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.jax_padding import cut_to, zero_padded
-from ports.matmul import matmul_tiling, validate
+from ports.matmul import validate
+from ports.matmul_common import matmul_tiling
 
 
 def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m):

@@ -24,7 +24,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.jax_padding import cut_to, zero_padded
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, kernel_tiling, padded_length, validate
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
+from ports.trimul_common import kernel_tiling, padded_length
 
 
 def _dot_nt(a, b):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -263,89 +262,6 @@ def trimul_jax_xla(data):
     validate(data)
     x, mask, weights, config = data
     return _jitted_forward()(x, mask, weights, hidden=config["hidden_dim"])
-
-
-@dataclass(frozen=True)
-class TriMulTiling:
-    """Tile sizes shared by the Triton and Pallas ports (same kernels, same names).
-
-    rows: pairs (b, i, k) per program in the projection kernel; output_rows: the same in the output kernel;
-    norm_rows: pairs per program in the LayerNorm kernel (fewer, so its [rows, dim] block stays in registers);
-    tile_dim: the chunk of dim reduced per step in the projections; tile_out: the chunk of dim written per step of
-    the output projection; tile_i, tile_j, tile_k: the triangle contraction's matmul tiles. The Triton port takes
-    its own output rows and warps where dim <= 128 (`triton_kernels.trimul.triton_tiling`).
-    """
-
-    rows: int
-    norm_rows: int
-    tile_dim: int
-    tile_out: int
-    tile_i: int
-    tile_j: int
-    tile_k: int
-    output_rows: int = 128
-    norm_warps: int = 4
-    project_warps: int = 8
-    contract_warps: int = 8
-    output_warps: int = 8
-    stages: int = 3
-
-
-def largest_power_of_two_dividing(n: int, cap: int) -> int:
-    size = cap
-    while n % size:
-        size //= 2
-    return size
-
-
-SEQUENCE_MULTIPLE = 16  # the kernels' sequence length: the ports pad N up to a multiple of it
-
-
-def padded_length(seq: int, multiple: int = SEQUENCE_MULTIPLE) -> int:
-    """N as the kernels get it. The ports pad x and the mask with zeros up to it: a padded position k has mask 0, so
-    its left and right projections are 0 and add exactly nothing to any product; padded rows i and columns j of the
-    output are cut off. Real proteins come in any length."""
-    return -(-seq // multiple) * multiple
-
-
-def padded_inputs(x: torch.Tensor, mask: torch.Tensor, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [B, N, N, dim] and mask [B, N, N] zero-padded to N = seq (see padded_length), for the torch-side ports."""
-    length = x.shape[1]
-    if seq == length:
-        return x, mask
-    return (F.pad(x, (0, 0, 0, seq - length, 0, seq - length)), F.pad(mask, (0, seq - length, 0, seq - length)))
-
-
-def scratch(device, poison: bool):
-    """A port's allocator of intermediate buffers, `scratch(device, poison)(shape, dtype)`: uninitialised, or with
-    poison all NaN, so that a tile a kernel fails to write shows in the output."""
-    if poison:
-        return lambda shape, dtype: torch.full(shape, float("nan"), device=device, dtype=dtype)
-    return lambda shape, dtype: torch.empty(shape, device=device, dtype=dtype)
-
-
-def check_kernel_sizes(batch: int, seq: int, dim: int, hidden: int) -> None:
-    """Raise a ValueError naming the size that no kernel port takes."""
-    if dim % 32:
-        raise ValueError(f"the kernel ports need dim (x.shape[3]) to be a multiple of 32, got {dim}")
-    if hidden not in (16, 32, 64, 128):
-        raise ValueError(f"the kernel ports need hidden_dim in (16, 32, 64, 128), got {hidden}")
-    if batch * seq * seq * max(dim, 3 * hidden) >= 2**31:
-        raise ValueError(f"the kernel ports index with 32-bit offsets: B*N*N*max(dim, 3*hidden) must be "
-                         f"below 2**31, got B={batch} N={seq} dim={dim} hidden={hidden}")
-
-
-def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
-    """The ports' tiles for these sizes, or a ValueError naming the size the kernels cannot take."""
-    if seq % SEQUENCE_MULTIPLE:
-        raise ValueError(f"the kernels need N padded to a multiple of {SEQUENCE_MULTIPLE} (padded_length), got {seq}")
-    check_kernel_sizes(batch, seq, dim, hidden)
-    contract = largest_power_of_two_dividing(seq, 128)
-    # LayerNorm rows: an ahead-of-time sm_90 compile spills at 128 rows (1.2 KB of stack per thread at
-    # dim 384) and does not at 64 rows for dim 128 or 32 rows up to dim 768 (results/h200/NOTES.md)
-    return TriMulTiling(rows=128, norm_rows=64 if dim <= 128 else 32, tile_dim=largest_power_of_two_dividing(dim, 64),
-                        tile_out=largest_power_of_two_dividing(dim, 128),
-                        tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
 
 
 WORKLOAD = Workload(

@@ -1,21 +1,19 @@
 """Eigendecomposition workload: generators of every family, the identity checks, the baselines.
 
 They pin down the definition the ports are judged by (a library solver passes every family, the
-check fails wrong answers) and run the ports on every family: on-chip Jacobi for n <= 64, the
+check fails wrong answers) and run the ports whole on every family: on-chip Jacobi for n <= 64, the
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
-CUDA), and tridiagonal stages of both ports one at a time (the tridiagonalisation, the cluster
-Gram-Schmidt, the repair of spoiled vectors, and the eigenvectors of a T whose long chained cluster
-the eigenvector stage got wrong with wider shift groups).
+CUDA). The ports' stages one at a time: tests/test_eigh_stages.py.
 """
 import functools
 import importlib
-import pathlib
 
 import pytest
 import torch
 
 import ports
 from ports import eigh as spec
+from ports import eigh_common as common
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SMOKE = spec.SMOKE_CASES
@@ -101,7 +99,7 @@ BAD_INPUTS = [
     # above JACOBI_MAX_N the Triton port reads its checks after its last kernel, a minute in the interpreter: there
     # its symmetrize kernel's counts of NaN, Inf and asymmetry are checked alone
     # (test_first_kernel_counts_and_zeroes_entries_...), and the raising from them at n = 4 here
-    pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > spec.JACOBI_MAX_N else ())
+    pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > common.JACOBI_MAX_N else ())
     for impl in (registered.name for registered in spec.WORKLOAD.implementations)
     for bad, message in BAD_INPUTS])
 def test_bad_input_is_named(impl, bad, message):
@@ -132,12 +130,6 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 # --- the ports (on-chip Jacobi for n <= 64, tridiagonalisation above) ----------------------------
 
 PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported)
-
-
-def stage_module(port: str, stage: str):
-    """The module of one stage of a port (`jacobi`, `tridiagonal`, `bisection`, `inverse_iteration`, `gram_schmidt`,
-    `back_transform`): a module of its registered function's package, named alike in every port."""
-    return importlib.import_module(f'{spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0]}.{stage}')
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=spec.case_name)
@@ -175,7 +167,7 @@ def test_port_above_64_passes_every_identity(port, family, n):
 def test_port_with_split_gram_schmidt_passes_every_identity(port, family, monkeypatch):
     # the split Gram-Schmidt is for n >= 512, too slow to interpret: lower the threshold
     # (n = 72 is traced for this test alone, so the Pallas port's jit cache holds no unsplit version)
-    monkeypatch.setattr(spec, "SPLIT_GRAM_SCHMIDT_N", 72)
+    monkeypatch.setattr(common, "SPLIT_GRAM_SCHMIDT_N", 72)
     a = spec.make_inputs(spec._case(2, 72, 2, 72, family), 72, DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
@@ -188,368 +180,6 @@ def test_ports_agree_on_eigenvalues_above_64():  # within 10 n eps |L|, a twenti
     (_, triton_values), (_, pallas_values) = (ports.custom_kernel("eigh", port)(a) for port in PORTS)
     tolerance = 10 * 70 * spec.EPS * float(triton_values.abs().max())
     assert torch.allclose(triton_values, pallas_values, rtol=0, atol=tolerance)
-
-
-def tridiagonal(d, e):
-    """T [batch, n, n] in float64 from its diagonal d and off-diagonal e [batch, n] (e's last entry unused)."""
-    off = e[:, :-1].double()
-    return torch.diag_embed(d.double()) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
-
-
-def port_stage(port, stage, name):
-    """A stage's function (`jacobi.on_chip`; the n > 64 path's `tridiagonal.reduce`, `bisection.eigenvalues`,
-    `inverse_iteration.vectors` and `.repair`, `gram_schmidt.orthonormalize`, `back_transform.apply`) of a port on
-    torch tensors: the Pallas port's through DLPack, as ports.custom_kernel, interpreted off the GPU."""
-    stage = getattr(stage_module(port, stage), name)
-    if port == "triton":
-        return stage
-    return lambda *args: ports.to_torch(stage(*ports.to_framework("jax", args), interpret=DEVICE != "cuda"))
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_on_chip_jacobi_stops_at_eps(port):
-    # Sweeps stop once every off-diagonal element is below eps, well before JACOBI_MAX_SWEEPS. Before each round set
-    # its pairs' A[p, q] to zero, their rounding remnants of 1 to 4 eps kept dense matrices sweeping to the cap.
-    a = spec.make_inputs(spec._case(4, 32, 0, 91, "dense"), 91, DEVICE)
-    a[2:] = spec.make_inputs(spec._case(2, 32, 0, 92, "clustered"), 92, DEVICE)
-    _, _, sweeps, _ = port_stage(port, "jacobi", "on_chip")(a)
-    assert int(sweeps[:2].max()) <= 8 and int(sweeps.max()) < spec.JACOBI_MAX_SWEEPS, sweeps.flatten().tolist()
-
-
-@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "over-launches"])
-@pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
-@pytest.mark.parametrize("port", PORTS)
-def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch):
-    assert_reduction_is_an_orthogonal_similarity(port, family, one_launch)
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_one_launch_tile_for_many_matrices(port, monkeypatch):
-    # From ONE_LAUNCH_BATCH matrices on, the one-launch kernel sweeps MANY_TRIDIAGONAL_ROWS rows at a time (and the
-    # Pallas port's product takes its row sweep: `shares_the_sms`; the Triton port's product loop is pipelined, which
-    # the interpreter runs as a plain loop: the GPU's test sets and the sm_90 compile below check that form).
-    monkeypatch.setattr(spec, "ONE_LAUNCH_BATCH", 2)
-    assert spec.tridiagonal_tile(2) == (spec.MANY_TRIDIAGONAL_ROWS, spec.MANY_TRIDIAGONAL_WARPS)
-    assert spec.MANY_TRIDIAGONAL_ROWS != spec.TRIDIAGONAL_ROWS
-    assert spec.product_stages(2) == spec.MANY_TRIDIAGONAL_PRODUCT_STAGES > 1 == spec.product_stages(1)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
-
-
-def poison_triton_buffers(port, kernels, monkeypatch):
-    """The Triton port's scratch buffers start as NaN (Pallas interpret mode fills its outputs with NaN already), so
-    a kernel that reads an entry nothing wrote fails the test."""
-    if port == "triton":
-        monkeypatch.setattr(kernels, "empty", lambda *shape, device: torch.full(shape, float("nan"), device=device))
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_one_launch_product_in_small_tiles(port, monkeypatch):
-    # The one-launch kernel's product p = A v walks the lower triangle in column blocks, each from its diagonal
-    # down: with 8 x 16 tiles (2 rows a warp on 4 warps), n = 70 takes 5 blocks (the last partial) of up to 9 row
-    # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: poisoned, so
-    # reading one fails.
-    kernels = stage_module(port, "tridiagonal")
-    for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
-        assert getattr(kernels, name) != value
-        monkeypatch.setattr(kernels, name, value)
-    poison_triton_buffers(port, kernels, monkeypatch)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypatch):
-    # Over launches each product program walks several row tiles of the lower triangle, each in column blocks up to
-    # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
-    # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
-    # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
-    kernels = stage_module(port, "tridiagonal")
-    monkeypatch.setattr(spec, "TILE", 256)  # the ports' row blocks (`row_blocks`)
-    for module in (spec, kernels):
-        monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
-    for module in (spec, kernels) if port == "triton" else (spec,):
-        monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
-    monkeypatch.setattr(kernels, "OVER_LAUNCHES_PRODUCT_BLOCKS", 8)
-    assert spec.product_programs(69) == 3
-    poison_triton_buffers(port, kernels, monkeypatch)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
-    # Over launches the column kernel reads V and W PANEL_CHUNK members at a time only from a padded 2048; here
-    # (a padded 128) it does so too, as the one-launch kernel always does.
-    kernels = stage_module(port, "tridiagonal")
-    monkeypatch.setattr(kernels, "column_panel_chunk", lambda block_n: spec.PANEL_CHUNK)
-    assert spec.PANEL_CHUNK < spec.TRIDIAGONAL_PANEL
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
-
-
-@pytest.mark.parametrize("reflectors, chunk", [(16, 16), (16, 32)])
-@pytest.mark.parametrize("port", PORTS)
-def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch):
-    # With 16 reflectors a panel and 32 vectors a program, n = 70 takes 5 panels (the last one partial) and 3
-    # programs a matrix (the last partial); with 32-column chunks a panel's first chunk also holds columns before
-    # its first reflector, which the update must leave alone.
-    kernels = stage_module(port, "back_transform")
-    settings = {"BACK_TRANSFORM_REFLECTORS": reflectors, "BACK_TRANSFORM_CHUNK": chunk, "BACK_TRANSFORM_VECTORS": 32}
-    assert kernels.BACK_TRANSFORM_REFLECTORS != reflectors and kernels.BACK_TRANSFORM_VECTORS != 32
-    for name, value in settings.items():
-        monkeypatch.setattr(kernels, name, value)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
-
-
-def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
-    batch, n = 2, 70
-    a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
-    w, d, e, tau, scale, bounds = port_stage(port, "tridiagonal", "reduce")(a, one_launch)
-    eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
-    h = port_stage(port, "back_transform", "apply")(w, tau, eye).double()
-    t = tridiagonal(d, e)
-    scaled = spec._symmetric(a.double()) / scale.double()[:, None, None]
-    eye = torch.eye(n, device=DEVICE, dtype=torch.float64)
-    assert float((h.mT @ h - eye).abs().max()) < 10 * n * spec.EPS
-    assert float((h.mT @ scaled @ h - t).abs().max()) < 10 * n * spec.EPS * max(float(scaled.abs().max()), 1.0)
-    assert torch.equal(e[:, -1], torch.zeros_like(e[:, -1]))
-
-
-@pytest.mark.parametrize("stage, n, arguments", [(("jacobi", "on_chip"), 16, ()),
-                                                 (("tridiagonal", "reduce"), 70, (True,))],
-                         ids=["jacobi", "symmetrize"])
-@pytest.mark.parametrize("port", PORTS)
-def test_first_kernel_counts_and_zeroes_entries_that_are_not_finite(port, stage, n, arguments):
-    # The checks of the kernel that reads A first: it counts NaN and Inf and passes them on as zeros, so that it and
-    # the later kernels compute, bit for bit, what they compute for the input with zeros there (the call then raises).
-    a = spec.make_inputs(spec._case(2, n, 1, 9, "dense"), 9, DEVICE)
-    a[0, 0, n - 1] = 0.25
-    zeroed = a.clone()
-    zeroed[1, 5, 6] = zeroed[1, 6, 5] = zeroed[0, n - 1, 0] = 0.0
-    a[1, 5, 6] = a[1, 6, 5] = float("nan")
-    a[0, n - 1, 0] = -float("inf")
-    *outputs, bounds = port_stage(port, *stage)(a, *arguments)
-    *expected, clean_bounds = port_stage(port, *stage)(zeroed, *arguments)
-    assert all(torch.equal(x, y) for x, y in zip(outputs, expected))
-    assert float(bounds[..., 0].sum()) == 3 and float(clean_bounds[..., 0].sum()) == 0
-    assert float(bounds[..., 1].max()) == float(zeroed.abs().max())
-    assert float(bounds[..., 2].max()) == 0.25  # A[0, 0, n - 1] against its mirror, zeroed
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
-    # T = tridiag(1, d, 1) with |d| small: partial pivoting swaps most rows, whose pivot and superdiagonals the back
-    # substitution forms again from T. Without the repair, the vectors must already be T's, orthonormal.
-    monkeypatch.setattr(stage_module(port, "inverse_iteration"), "repair", lambda z, *_, **__: (z, None))
-    batch, n = 2, 70
-    d = (0.1 * torch.randn(batch, n, generator=torch.Generator().manual_seed(3))).to(DEVICE)
-    e = torch.ones(batch, n, device=DEVICE)
-    e[:, -1] = 0.0
-    values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(batch, device=DEVICE))
-    z = port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm).double()
-    t = tridiagonal(d, e)
-    residual = float((z @ t - values.double()[:, :, None] * z).abs().max())  # z's rows are the vectors
-    assert residual < 10 * n * spec.EPS * float(norm.max())
-    assert float((z @ z.mT - torch.eye(n, device=DEVICE, dtype=torch.float64)).abs().max()) < 10 * n * spec.EPS
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_bisection_finds_tridiagonal_eigenvalues_to_eps(port):
-    # A multisection pass, then halvings until every bracket is as narrow as BISECTION_ITERATIONS halvings leave it:
-    # T's eigenvalues within eps ||T||, far inside the eigenvalue gate's n eps (stopped 4 halvings early, it fails).
-    # n = 70: the last warp has unused lanes. Spectra dense, in one tight cluster (at 0.01, with one eigenvalue at 1
-    # setting ||T||, so that float32's spacing there is far below eps ||T||), and in two groups far apart.
-    gen = torch.Generator().manual_seed(5)
-    batch, n = 3, 70
-    d, e = torch.randn(batch, n, generator=gen), torch.randn(batch, n, generator=gen)
-    d[1], e[1] = 0.01 + 1e-8 * d[1], 1e-9 * e[1]
-    d[1, 0] = 1.0
-    d[2] += torch.where(torch.arange(n) < n // 2, -1e3, 1e3)
-    e[:, -1] = 0.0
-    eigenvalues = port_stage(port, "bisection", "eigenvalues")
-    values, norm, _ = eigenvalues(d.to(DEVICE), e.to(DEVICE), torch.ones(batch, device=DEVICE))
-    errors = (values.double().cpu() - torch.linalg.eigvalsh(tridiagonal(d, e))).abs().amax(dim=1)
-    scaled = errors / (spec.EPS * norm.double().cpu())
-    assert bool((scaled <= 1).all()), scaled.tolist()
-
-
-def assert_sound_vectors(z, d, e, values, norm):
-    """z's rows (one T) are T's eigenvectors for `values` to 100 eps ||T||, orthonormal within 10 n eps."""
-    z = z[0].double()
-    residuals = (z @ tridiagonal(d, e)[0] - values[0].double()[:, None] * z).norm(dim=1)
-    assert float(residuals.max()) < 100 * spec.EPS * float(norm[0])
-    eye = torch.eye(z.shape[0], device=DEVICE, dtype=torch.float64)
-    assert float((z @ z.T - eye).abs().sum(dim=0).max()) < 10 * z.shape[0] * spec.EPS
-
-
-@pytest.mark.parametrize("port", [pytest.param("triton", marks=SLOW), "pallas"])
-def test_vectors_of_a_long_chained_cluster(port):
-    # T from the H200 (a 640x512 mixed matrix, tridiagonalised with fused sums): its 358 smallest eigenvalues chain
-    # into one cluster, 78 of whose gaps are below 10 eps ||T||. With shift groups of 10 eps ||T||, the last
-    # Gram-Schmidt carried the groups' mixed vectors down the chain: residuals of about 2200 eps ||T|| in both ports
-    # (interpreters); with GROUP_GAP = 5, 31. Sound vectors stay below about 100; orthogonality within 10 n eps (the
-    # check's gate is 100). A few minutes in the Triton interpreter.
-    data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
-    d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
-    values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(1, device=DEVICE))
-    assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
-
-
-WIDE_SHIFT_GROUPS = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_wide_shift_groups.pt")
-
-
-@pytest.mark.parametrize("index", range(len(WIDE_SHIFT_GROUPS)), ids=[t["name"] for t in WIDE_SHIFT_GROUPS])
-@pytest.mark.parametrize("port", [pytest.param("triton", marks=SLOW), "pallas"])
-def test_vectors_of_a_wide_shift_group(port, index):
-    # T's of 16x512 psd matrices and their eigenvalues, from the H200 (named by seed, matrix and the port that made
-    # them). The smallest 29 to 37 eigenvalues chain into one shift group 37 to 64 eps ||T|| wide: a run near zero (gaps
-    # below 1 eps ||T||), then a sparse stretch. With one shift for the whole group (the rule before SPARSE_GROUP_GAP)
-    # the first two failed on the H200 (orthogonality 115 and 685, gate 100); with each member of such a group its own
-    # shift the third did (107). Pallas interpreter, worst vector residual in eps ||T|| and orthogonality in n eps:
-    # one shift 552 and 23.9, 5916 and 314, 29.9 and 0.19; the ports' rule 1.9 and 0.19, 2.3 and 0.13, 1.4 and 0.20.
-    data = WIDE_SHIFT_GROUPS[index]
-    d, e, values = (data[key][None].to(DEVICE) for key in ("d", "e", "values"))
-    norm = data["norm"][None].to(DEVICE)
-    assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
-
-
-@pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
-@pytest.mark.parametrize("split", [False, True], ids=["program-per-matrix", "split"])
-@pytest.mark.parametrize("port", PORTS)
-def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolled, monkeypatch):
-    # split: 16 earlier members a projection program, so that the third cluster's last panel sums two shares;
-    # loop: the within-panel steps as a loop, as where programs share the SMs (`gram_schmidt_unrolled`)
-    monkeypatch.setattr(spec, "GRAM_SCHMIDT_EARLIER", 16)
-    monkeypatch.setattr(spec, "ONE_LAUNCH_BATCH", 2 if unrolled else 1)
-    assert spec.gram_schmidt_unrolled(1) == unrolled
-    n = 70
-    basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
-    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
-    vectors = basis.clone()
-    # the second starts before a panel boundary and crosses it; the third spans three panels (20 earlier
-    # members for its last panel)
-    clusters = [range(0, 3), range(20, 40), range(44, 70)]
-    for cluster in clusters:
-        values[list(cluster)] = values[cluster[0]] + 1e-6 * torch.arange(len(cluster), dtype=torch.float64)
-        for j in cluster[1:]:
-            # nearly parallel, spanning the cluster's space; each along its predecessor's own direction too, so
-            # that a projection left out (a share not summed) leaves it along that predecessor, and a little along
-            # every earlier member's, so that any one projection left out shows
-            vectors[j] = (basis[cluster[0]] + 1e-2 * basis[j] + 1e-2 * basis[j - 1]
-                          + 1e-3 * basis[cluster[0]:j].sum(dim=0))
-    z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    z = port_stage(port, "gram_schmidt", "orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
-                                                           torch.ones(1, device=DEVICE), spec.CLUSTER_GAP, split)
-    z = z[0].double().cpu()
-    # float32 rounding, amplified by the cancellation (about eps / 1e-2; a share left out gives 0.7)
-    assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 3e-5
-    for cluster in clusters:  # the same space: its basis vectors lie in the span of the outputs
-        inside = basis[list(cluster)]
-        assert float((inside - (inside @ z[list(cluster)].T) @ z[list(cluster)]).abs().max()) < 1e-3
-    alone = [j for j in range(n) if not any(j in cluster for cluster in clusters)]
-    assert float((z[alone] - basis[alone]).abs().max()) < 1e-5  # in a panel with a cluster, lone vectors normalised
-
-
-@pytest.mark.parametrize("split", [False, True], ids=["program-per-matrix", "split"])
-@pytest.mark.parametrize("port", PORTS)
-def test_gram_schmidt_leaves_panels_without_clusters(port, split):
-    # Its rows come unit from the transpose after inverse iteration: a panel whose members are each alone in their
-    # cluster, the first not continuing one from the panels before, is neither read nor written (rows of length 3
-    # stay so, bit for bit). Panels 1 and 2 hold clusters (rows 16-17, 46-48); panel 3 holds none, but its first
-    # row continues the cluster of rows 46 and 47 and lies nearly along row 47: all three panels are
-    # orthonormalised, their lone vectors normalised.
-    n = 70
-    basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(4), dtype=torch.float64))[0].T
-    values = torch.arange(n, dtype=torch.float64) / n
-    values[17] = values[16] + 1e-6
-    values[47], values[48] = values[46] + 1e-6, values[46] + 2e-6
-    vectors = basis.clone()
-    vectors[48] = basis[47] + 1e-2 * basis[48]
-    z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
-    orthonormalize = port_stage(port, "gram_schmidt", "orthonormalize")
-    out = orthonormalize(z.clone(), values.float()[None].to(DEVICE).contiguous(), torch.ones(1, device=DEVICE),
-                         spec.CLUSTER_GAP, split)
-    untouched = [j for j in range(n) if not 16 <= j < 64]
-    assert torch.equal(out[0, untouched], z[0, untouched])
-    done = out[0].double().cpu()
-    # float32 rounding, amplified about eps / 1e-2 by row 48's cancellation; row 48 skipped leaves 1.0
-    assert float((done[16:64] @ done[16:64].T - torch.eye(48, dtype=torch.float64)).abs().max()) < 1e-4
-    clusters = ([16, 17], [46, 47, 48])
-    lone = [j for j in range(16, 64) if not any(j in cluster for cluster in clusters)]
-    assert float((done[lone] - basis[lone]).abs().max()) < 1e-5
-    for cluster in clusters:  # each cluster's span kept
-        inside = basis[cluster]
-        assert float((inside - (inside @ done[cluster].T) @ done[cluster]).abs().max()) < 1e-4
-
-
-@pytest.mark.parametrize("port", PORTS)
-def test_repair_restores_vectors_spoiled_along_far_clusters(port):
-    n = 70
-    gen = torch.Generator().manual_seed(4)
-    d = torch.randn(2, n, generator=gen, dtype=torch.float64)
-    e = 0.5 * torch.randn(2, n, generator=gen, dtype=torch.float64)
-    e[:, -1] = 0.0
-    t = tridiagonal(d, e)
-    values, basis = torch.linalg.eigh(t)  # the float64 reference; the basis's rows are the vectors
-    basis = basis.mT.contiguous()
-    z = basis.clone()
-    # in different panels, spoiled along vectors far up or down the spectrum; the second matrix's 40
-    # also along its 5, which it has to treat as sound once repaired
-    spoiled = {0: [5, 40], 1: [5, 40, 63]}
-    z[0, 5] += 1e-3 * (basis[0, 60] + basis[0, 65])
-    z[0, 40] += 1e-3 * basis[0, 0]
-    z[1, 5] += 1e-3 * basis[1, 69]
-    z[1, 40] += 1e-3 * (basis[1, 5] + basis[1, 0])
-    z[1, 63] += 1e-3 * basis[1, 2]
-    z /= z.norm(dim=-1, keepdim=True)
-    norm = t.abs().sum(-1).amax(-1)
-    as_input = [x.float().to(DEVICE).contiguous() for x in (z, d, e, values)]
-    before = as_input[0].double().cpu()
-    out, residual = port_stage(port, "inverse_iteration", "repair")(*as_input, norm.float().to(DEVICE))
-    out, residual = out.double().cpu(), residual.double().cpu()
-    for b, rows in spoiled.items():
-        sound = [j for j in range(n) if j not in rows]
-        assert torch.equal(out[b, sound], before[b, sound])  # sound vectors are left alone
-        assert float((out[b] @ out[b].T - torch.eye(n, dtype=torch.float64)).abs().max()) < 20 * spec.EPS
-        for j in rows:  # the one direction the sound vectors leave: the spoiled vector's own
-            outside = out[b, j] - (out[b, j] @ basis[b, j]) * basis[b, j]
-            assert float(outside.norm()) < 1e-5  # 1.4e-3 before
-    expected = (out @ t - out * values.float().double()[..., None]).norm(dim=-1)
-    assert torch.allclose(residual, expected, rtol=1e-3, atol=10 * spec.EPS * float(norm.max()))
-    assert bool((residual < spec.REPAIR_RESIDUAL * spec.EPS * norm[:, None]).all())
-
-
-def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memory():
-    # one launch for many matrices or small n; never above a padded n of 1024 (its products' panels: 256 KB at 2048)
-    assert spec.one_launch(640, 512) and spec.one_launch(40, 176) and spec.one_launch(256, 1024)
-    assert not spec.one_launch(60, 1024) and not spec.one_launch(256, 1025) and not spec.one_launch(300, 2048)
-
-
-def test_triton_register_caps_only_where_programs_queue(monkeypatch):
-    # The Triton port caps a kernel's registers where its programs outnumber what an H200's 132 SMs hold uncapped, at
-    # the padded sizes the caps were measured at, and never on CPU tensors (`compare.hopper_compile`).
-    tridiagonal, gram_schmidt = (stage_module("triton", stage) for stage in ("tridiagonal", "gram_schmidt"))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("H200", (), {
-        "multi_processor_count": 132}))
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert tridiagonal._product_register_cap(60 * 32, 1024, cuda) == 128  # 4 four-warp programs an SM
-    assert tridiagonal._product_register_cap(3 * 132, 1024, cuda) is None  # held uncapped, 3 an SM
-    assert tridiagonal._product_register_cap(60 * 32, 2048, cuda) is None
-    assert tridiagonal._product_register_cap(60 * 32, 1024, cpu) is None
-    assert gram_schmidt._project_register_cap(640 * 8, 512, cuda) == 168  # 3 an SM
-    assert gram_schmidt._project_register_cap(16 * 8, 512, cuda) is None
-    assert gram_schmidt._project_register_cap(60 * 16, 1024, cuda) is None
-    assert tridiagonal._tridiagonal_register_cap(640, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) == 168  # 6 an SM
-    assert tridiagonal._tridiagonal_register_cap(4 * 132, spec.MANY_TRIDIAGONAL_WARPS, 512, cuda) is None
-    assert gram_schmidt._two_programs_an_sm(640, 8, cuda) == 128
-    assert gram_schmidt._two_programs_an_sm(640, 16, cuda) is None  # 64 registers: too few
-    assert gram_schmidt._two_programs_an_sm(132, 8, cuda) is None
-
-
-def test_sizes_beyond_32_bit_offsets_are_refused():
-    with pytest.raises(ValueError, match="32-bit offsets"):
-        spec.check_offsets(2048, 1024)
-    spec.check_offsets(640, 512)
-    with pytest.raises(ValueError, match="32-bit offsets"):  # the Pallas Jacobi's buffer: 4 arrays a matrix
-        spec.check_offsets(131072, 64, 4)
-    spec.check_offsets(131072, 64)
 
 
 def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
@@ -566,32 +196,6 @@ def test_driver_runs_eigh_ports_and_compares_eigenvalues(tmp_path):
     for comparison in record["cross"]:  # eigenvalues of magnitude up to 1 (sqrt(fp32 max) for "high")
         magnitude = spec.MAGNITUDES["high"] if "high_magnitude" in comparison["case"] else 1.0
         assert comparison["max_abs_diff"] < 1e-4 * magnitude, comparison
-
-
-def test_a_stage_is_varied_as_a_copy_of_its_port_package(tmp_path):
-    # `--variant NAME=IMPL:DIR` runs a copy of the port's package (its stages import each other relatively): here the
-    # copy's Jacobi stage doubles its eigenvalues, and the variant fails where the port passes; the record's
-    # provenance hashes each package whole
-    import json
-    import shutil
-
-    from compare.__main__ import main
-
-    copy = tmp_path / "eigh_doubled"
-    shutil.copytree(pathlib.Path(stage_module("triton", "jacobi").__file__).parent, copy,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    text = (copy / "jacobi.py").read_text()
-    planted = text.replace("    return vectors, values, sweeps, bounds\n", "    return vectors, 2 * values, sweeps, bounds\n")
-    assert planted != text
-    (copy / "jacobi.py").write_text(planted)
-    path = tmp_path / "variant.json"
-    assert main(["eigh", "--impl", "triton", "--variant", f"doubled=triton:{copy}", "--cases", "smoke:0",
-                 "--iters", "1", "--json", str(path)]) == 1
-    record = json.loads(path.read_text())
-    assert {r["impl"]: r["status"] for r in record["results"]} == {"triton": "pass", "doubled": "fail"}
-    sources = record["provenance"]["sources"]
-    assert sources["triton"]["file"] == "triton_kernels/eigh" and sources["doubled"]["file"] == "eigh_doubled"
-    assert sources["triton"]["sha256"] != sources["doubled"]["sha256"]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 17, 40, 64])
@@ -637,7 +241,7 @@ def test_port_on_gpu_test_cases(port, case):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernels themselves")
-@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512), (spec.ONE_LAUNCH_BATCH, 512)],
+@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512), (common.ONE_LAUNCH_BATCH, 512)],
                          ids=["jacobi", "one-launch", "over-launches", "many-matrices"])
 def test_pallas_port_lowers_for_cuda(batch, n):
     # Without a GPU the kernels run in the interpreter, which skips the lowering to Triton IR; some
@@ -669,11 +273,11 @@ def test_triton_graph_replay_computes_every_call():
     triton_eigh = importlib.import_module("triton_kernels.eigh")
     for n, seed in ((1000, 1), (1000, 2), (100, 3), (100, 4), (32, 5), (32, 6)):
         a = spec.make_inputs(spec._case(3, n, 2, seed), seed, DEVICE)
-        assert not spec.shares_the_sms(3) and spec.one_launch(3, n) == (n < spec.ONE_LAUNCH_N)
+        assert not common.shares_the_sms(3) and common.one_launch(3, n) == (n < common.ONE_LAUNCH_N)
         q, values = triton_eigh.eigh(a)
         verdict = spec.check(a, (q, values), spec.reference(a))
         assert verdict.passed, verdict.reason
-        path = triton_eigh._tridiagonal if n > spec.JACOBI_MAX_N else triton_eigh._jacobi
+        path = triton_eigh._tridiagonal if n > common.JACOBI_MAX_N else triton_eigh._jacobi
         eager_q, eager_values, _ = path(a)
         assert torch.equal(q, eager_q) and torch.equal(values, eager_values)
         a[1, 3, 3] = float("nan")

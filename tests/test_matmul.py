@@ -12,6 +12,7 @@ import torch
 from compare.__main__ import main as compare_main
 from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
+from ports import matmul_common
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -167,7 +168,7 @@ def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
     (1, 4096, (64, 32, 128)), (64, 4096, (64, 32, 128)), (128, 4096, (64, 64, 64)), (16, 14336, (64, 64, 64)),
     (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)), (512, 14336, (128, 256, 64))])
 def test_tiling_gives_about_a_program_per_sm(m, n, tiles):
-    chosen = spec.matmul_tiling(m, n)
+    chosen = matmul_common.matmul_tiling(m, n)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles
 
 
@@ -177,7 +178,7 @@ def test_pallas_port_lowers_for_cuda(m):
     # Interpret mode never lowers to Triton IR; lowering for CUDA needs no GPU and catches what the GPU would reject.
     jax = pytest.importorskip("jax")
     from pallas_kernels.matmul import _matmul
-    tile_m = spec.matmul_tiling(m, 4096).tile_m
+    tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
     a = jax.numpy.zeros((-(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # matmul pads M to a whole tile
     b = jax.numpy.zeros((4096, 4096), jax.numpy.bfloat16)
     lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))

@@ -14,7 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.matmul import MatmulTiling, matmul_tiling, output_dtype, validate
+from ports.matmul import output_dtype, validate
+
+from ports.matmul_common import MatmulTiling, matmul_tiling
 
 
 @triton.jit(do_not_specialize=["M"])

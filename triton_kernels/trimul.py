@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import (LAYER_NORM_EPS, PROJECTIONS, TriMulTiling, kernel_tiling, padded_inputs, padded_length,
-                          scratch, validate)
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
+from ports.trimul_common import TriMulTiling, kernel_tiling, padded_inputs, padded_length, scratch
 
 
 @triton.jit

@@ -18,7 +18,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ports.eigh import JACOBI_MAX_N, check_offsets, check_shape, check_values, jacobi_size
+from ports.eigh import check_shape, check_values
+from ports.eigh_common import JACOBI_MAX_N, check_offsets, jacobi_size
 from . import back_transform, bisection, inverse_iteration, jacobi, tridiagonal
 
 
