@@ -23,7 +23,7 @@ With --port WORKLOAD:IMPL, one real port's call from torch is taken apart instea
 - "host clock": the driver's own host clock (its timed_call), the inputs converted just before, outside the
   clock; "host clock, fresh tensors": the same on clones of the torch inputs, fresh memory each call, as the
   driver's timed inputs are (its `vary` makes new tensors for every timed call);
-- "host clock, 20 ms away": the driver's host clock after 20 ms of other host work (a busy loop): its checks and
+- "host clock, AWAY_MS ms away": the driver's host clock after AWAY_MS of other host work (a busy loop): its checks and
   input gathers put about that much between two timed calls, and a port's host path (Python, torch, the
   launcher) runs slower after it, cold, than right after its own last call; "..., one call before": the same
   with an untimed call of the port just before the timed one, which warms that path again;

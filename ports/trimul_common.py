@@ -84,8 +84,8 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
         raise ValueError(f"the kernels need N padded to a multiple of {SEQUENCE_MULTIPLE} (padded_length), got {seq}")
     check_kernel_sizes(batch, seq, dim, hidden)
     contract = largest_power_of_two_dividing(seq, 128)
-    # LayerNorm rows: an ahead-of-time sm_90 compile spills at 128 rows (1.2 KB of stack per thread at
-    # dim 384) and does not at 64 rows for dim 128 or 32 rows up to dim 768 (results/h200/NOTES.md)
+    # LayerNorm rows: the fewest that keep an ahead-of-time sm_90 compile from spilling its [rows, dim] block
+    # (128 rows spill; results/h200/NOTES.md, "The TriMul tiling's figures")
     return TriMulTiling(rows=128, norm_rows=64 if dim <= 128 else 32, tile_dim=largest_power_of_two_dividing(dim, 64),
                         tile_out=largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
