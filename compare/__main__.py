@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from compare.result import results_of
+
 
 def workloads_help() -> str:
     """Each workload with the first line of its module's docstring, read without importing it."""
@@ -179,7 +181,7 @@ def main(argv=None) -> int:
         planned = {(case_set, workload.case_name(case), name) for spec in case_sets
                    for case_set, case in select_cases(workload, spec) for name in impls}
         if not common_results(saved, planned):
-            saved_sets = sorted({r["case_set"] for r in saved["results"]})
+            saved_sets = sorted({r.case_set for r in results_of(saved)})
             print(f"--against {args.against}: no case and implementation of this run is in the saved run (it ran "
                   f"case sets {', '.join(saved_sets) or 'none'}; this run: {', '.join(case_sets)}): nothing could "
                   "be compared", file=sys.stderr)
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
     from ports import ported_backend
 
     ports_hold = all(p["passed"] is not False for p in record.get("properties", []) if ported_backend(p["backend"]))
-    status = 0 if ports_hold and all(r["status"] in ("pass", "skipped") for r in record["results"]) else 1
+    status = 0 if ports_hold and all(r.status in ("pass", "skipped") for r in results_of(record)) else 1
     if saved is not None:
         from compare.records import Recorder
         from compare.regression import compare_runs, report

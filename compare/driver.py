@@ -33,6 +33,7 @@ from pathlib import Path
 
 from compare.records import (Recorder, device_info, error_text, floor_seconds, property_verdict, provenance,
                              summarise, traceback_text, versions)
+from compare.result import Result
 from compare.timing import TIMERS, Synchroniser, timed_call
 from ports import Implementation, Workload, first_difference, output_digest, to_framework, to_torch
 
@@ -57,17 +58,17 @@ class Settings:
 
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
-    """One implementation on one case. Returns (result dict, first output as torch or None).
+    """One implementation on one case. Returns (its Result, first output as torch or None).
 
     Every output is checked, timed or not: the first call's (compile included) on input set 0, the warm-up's on set
     1, then as many never-seen inputs (`vary`) as a timed run takes, so that a port wrong on one call in ten, or only
     on its first or second call, fails on every case set."""
     import torch
 
-    result = {"impl": impl.name, "framework": impl.framework, "backend": impl.backend}
+    result = Result(impl.name, impl.framework, impl.backend)
     missing = impl.needs.missing()
     if missing:
-        result.update(status="skipped", reason=missing)
+        result.status, result.reason = "skipped", missing
         return result, None
     try:
         function = impl.load()
@@ -75,11 +76,12 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         start = time.perf_counter()
         first = function(to_framework(impl.framework, pool[0]))
         sync.wait(first)
-        result["first_call_s"] = time.perf_counter() - start
+        result.first_call_s = time.perf_counter() - start
         first = to_torch(first)
         verdict = workload.check(pool[0], first, references[0])
-        result.update(status="pass" if verdict.passed else "fail", reason=verdict.reason, errors=verdict.errors,
-                      output_sha256=output_digest(first))  # the first input set is seeded: compared by --against
+        result.status = "pass" if verdict.passed else "fail"
+        result.reason, result.errors = verdict.reason, verdict.errors
+        result.output_sha256 = output_digest(first)  # the first input set is seeded: compared by --against
         if not verdict.passed:
             return result, first
         failures = []
@@ -119,22 +121,23 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
                 del output
             del data, expected
         checked = 2 + len(calls) * len(timers)
-        result["checked"] = f"{checked - len(failures)}/{checked} outputs passed"
+        result.checked = f"{checked - len(failures)}/{checked} outputs passed"
         if settings.timed:
             quartiles = statistics.quantiles(calls, n=4, method="inclusive") if len(calls) > 1 else [calls[0]] * 3
-            result.update(times_ms=[t * 1e3 for t in calls], median_ms=statistics.median(calls) * 1e3,
-                          iqr_ms=(quartiles[2] - quartiles[0]) * 1e3, runs=len(calls))
+            result.times_ms, result.median_ms = [t * 1e3 for t in calls], statistics.median(calls) * 1e3
+            result.iqr_ms, result.runs = (quartiles[2] - quartiles[0]) * 1e3, len(calls)
         if settings.timer == "all" and settings.timed:
-            kernel_ms = statistics.median(series["kernels"]) * 1e3
-            from_torch_ms = statistics.median(series["from torch"]) * 1e3
-            result.update(kernel_times_ms=[t * 1e3 for t in series["kernels"]], kernel_ms=kernel_ms,
-                          from_torch_times_ms=[t * 1e3 for t in series["from torch"]], from_torch_ms=from_torch_ms,
-                          overhead_ms=result["median_ms"] - kernel_ms, bridge_ms=from_torch_ms - result["median_ms"])
+            result.kernel_times_ms = [t * 1e3 for t in series["kernels"]]
+            result.kernel_ms = statistics.median(series["kernels"]) * 1e3
+            result.from_torch_times_ms = [t * 1e3 for t in series["from torch"]]
+            result.from_torch_ms = statistics.median(series["from torch"]) * 1e3
+            result.overhead_ms = result.median_ms - result.kernel_ms
+            result.bridge_ms = result.from_torch_ms - result.median_ms
         if failures:
-            result.update(status="fail", reason=f"{len(failures)} of {checked} outputs wrong; first: {failures[0]}")
+            result.status, result.reason = "fail", f"{len(failures)} of {checked} outputs wrong; first: {failures[0]}"
         return result, first
     except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
-        result.update(status="error", reason=error_text(error), traceback=traceback_text())
+        result.status, result.reason, result.traceback = "error", error_text(error), traceback_text()
         return result, None
 
 
@@ -251,6 +254,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         "results": [], "cross": []})
     recorder.save()
     sync = Synchroniser(on_gpu)
+    results: list[Result] = []
     jobs = [job for spec in case_sets for job in select_cases(workload, spec)]
     done = 0
     for case_set, case in jobs:
@@ -264,24 +268,25 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         for impl in impls:
             done += 1
             result, first = measure(workload, impl, case, pool, references, sync, case_settings)
-            result.update(case_set=case_set, case=name, params=case, flops=flops, min_bytes=min_bytes)
-            if result["status"] == "pass" and result.get("median_ms"):
-                seconds = result["median_ms"] / 1e3
-                result.update(tflops=flops / seconds / 1e12, tbps=min_bytes / seconds / 1e12)
+            result.case_set, result.case, result.params = case_set, name, case
+            result.flops, result.min_bytes = flops, min_bytes
+            if result.passed and result.median_ms:
+                seconds = result.median_ms / 1e3
+                result.tflops, result.tbps = flops / seconds / 1e12, min_bytes / seconds / 1e12
                 if info["ceilings"]:
                     floor = floor_seconds(flops, min_bytes, info["ceilings"])
-                    result.update(floor_ms=floor * 1e3, roofline_pct=100 * floor / seconds)
-            recorder.record["results"].append(result)
+                    result.floor_ms, result.roofline_pct = floor * 1e3, 100 * floor / seconds
+            results.append(result)
             # the summary so far, with every result: a run stopped before its end (a time limit, say) keeps one;
             # "finished" is written only at the end
-            recorder.record["summary"] = summarise(recorder.record, workload.baseline)
+            recorder.record["summary"] = summarise(results, workload.baseline)
+            recorder.record["results"] = [entry.to_json() for entry in results]
             recorder.save()
-            if impl.ported and result["status"] == "pass":
+            if impl.ported and result.passed:
                 ported[impl.name] = first
-            timing = f" {result['median_ms']:.3f} ms" if "median_ms" in result else ""
+            timing = f" {result.median_ms:.3f} ms" if result.median_ms is not None else ""
             progress(textwrap.fill(f"[{done}/{len(jobs) * len(impls)}] {case_set} {name} {impl.name}: "
-                                   f"{result['status']}{timing}"
-                                   f"{' - ' + result['reason'] if result.get('reason') else ''}",
+                                   f"{result.status}{timing}{' - ' + result.reason if result.reason else ''}",
                                    PROGRESS_COLUMNS, subsequent_indent="    "))
             del first
         recorder.record["cross"].extend(cross_comparisons(workload, case_set, name, ported))
@@ -301,7 +306,8 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                         + (f" {entry['error']}" if entry.get("error") else ""))
                 progress(textwrap.fill(line, PROGRESS_COLUMNS, subsequent_indent="    "))
             recorder.save()
-    recorder.record["summary"] = summarise(recorder.record, workload.baseline)
+    recorder.record["summary"] = summarise(results, workload.baseline)
+    recorder.record["results"] = [entry.to_json() for entry in results]
     recorder.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     recorder.save()
     return recorder.record

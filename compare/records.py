@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from compare.result import Result
 from ports import Implementation
 
 # The roofline's ceilings: the vendor's datasheet peaks (dense bf16 tensor-core rate, HBM bandwidth), which no
@@ -162,34 +163,25 @@ def geometric_mean(values) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values and all(values) else None
 
 
-def summarise(record: dict, baseline: str) -> dict:
-    """Speed-ups of passing results against the passing baseline per case, and per implementation
-    the geometric mean of median times over each case set where every case passed and was timed."""
-    medians = {}
-    for result in record["results"]:
-        if result["status"] == "pass":
-            medians[(result["case_set"], result["case"], result["impl"])] = result.get("median_ms")
-    for result in record["results"]:
-        base = medians.get((result["case_set"], result["case"], baseline))
-        if result["status"] == "pass" and result.get("median_ms") and base:
-            result["speedup"] = base / result["median_ms"]
+def summarise(results: Sequence[Result], baseline: str) -> dict:
+    """Speed-ups of passing results against the passing baseline per case (set on the results), and per
+    implementation the geometric mean of median times over each case set where every case passed and was timed."""
+    medians = {result.key: result.median_ms for result in results if result.passed}
+    for result in results:
+        base = medians.get((result.case_set, result.case, baseline))
+        if result.passed and result.median_ms and base:
+            result.speedup = base / result.median_ms
     summary = {}
-    for (case_set, impl) in {(r["case_set"], r["impl"]) for r in record["results"]}:
-        rows = [r for r in record["results"] if r["case_set"] == case_set and r["impl"] == impl]
-        complete = all(r["status"] == "pass" and r.get("median_ms") for r in rows)
-        entry = {"cases": len(rows), "passed": sum(r["status"] == "pass" for r in rows),
-                 "skipped": sum(r["status"] == "skipped" for r in rows)}
+    for (case_set, impl) in {(r.case_set, r.impl) for r in results}:
+        rows = [r for r in results if r.case_set == case_set and r.impl == impl]
+        complete = all(r.passed and r.median_ms for r in rows)
+        entry = {"cases": len(rows), "passed": sum(r.passed for r in rows),
+                 "skipped": sum(r.status == "skipped" for r in rows)}
         if complete:
-            entry["geomean_ms"] = geometric_mean(r["median_ms"] for r in rows)
+            entry["geomean_ms"] = geometric_mean(r.median_ms for r in rows)
             for key in ("kernel_ms", "from_torch_ms"):
-                if all(r.get(key) for r in rows):
-                    entry[f"geomean_{key}"] = geometric_mean(r[key] for r in rows)
-            entry["geomean_first_call_s"] = geometric_mean(r["first_call_s"] for r in rows)
+                if all(getattr(r, key) for r in rows):
+                    entry[f"geomean_{key}"] = geometric_mean(getattr(r, key) for r in rows)
+            entry["geomean_first_call_s"] = geometric_mean(r.first_call_s for r in rows)
         summary.setdefault(case_set, {})[impl] = entry
     return summary
-
-
-def result_backend(result: dict) -> str | None:
-    """The backend a result names. Records made before backends had their names call it `language`, and the
-    Pallas-Triton backend `pallas`."""
-    return result.get("backend") or {"pallas": "pallas-triton"}.get(result.get("language"), result.get("language"))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from compare.result import Result, results_of
+
 SLOWER_FRACTION = 0.10
 SLOWER_IQRS = 3.0
 NOISE_RULE = (f"slower or faster: the median moved by more than {SLOWER_FRACTION:.0%} and by more than "
@@ -38,12 +40,12 @@ def load_saved(path: Path, workload: str) -> dict:
     return saved
 
 
-def beyond_noise(saved: dict, new: dict) -> str | None:
+def beyond_noise(saved: Result, new: Result) -> str | None:
     """'slower' or 'faster' when the medians differ by more than the rule allows (NOISE_RULE), else None."""
-    if saved.get("median_ms") is None or new.get("median_ms") is None:
+    if saved.median_ms is None or new.median_ms is None:
         return None
-    before, after = saved["median_ms"], new["median_ms"]
-    noise = SLOWER_IQRS * (saved.get("iqr_ms") or 0.0)
+    before, after = saved.median_ms, new.median_ms
+    noise = SLOWER_IQRS * (saved.iqr_ms or 0.0)
     if after > before * (1 + SLOWER_FRACTION) and after - before > noise:
         return "slower"
     if after < before * (1 - SLOWER_FRACTION) and before - after > noise:
@@ -67,21 +69,17 @@ def bits_differ_because(saved: dict, new: dict) -> str | None:
     return ", ".join(moved) or None
 
 
-def _key(result: dict) -> tuple[str, str, str]:
-    return result["case_set"], result["case"], result["impl"]
-
-
 def common_results(saved: dict, planned: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
     """The (case set, case, implementation)s of a planned run that the saved run has too."""
-    return planned & {_key(r) for r in saved["results"]}
+    return planned & {r.key for r in results_of(saved)}
 
 
 def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
     """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression"}.
     `library`: the names of library baselines (their bit changes are not regressions). ValueError when the runs
     have no result in common."""
-    before = {_key(r): r for r in saved["results"]}
-    after = {_key(r): r for r in new["results"]}
+    before = {r.key: r for r in results_of(saved)}
+    after = {r.key: r for r in results_of(new)}
     if not before.keys() & after.keys():
         raise ValueError("the runs have no case and implementation in common: nothing can be compared")
     changes = []
@@ -96,17 +94,17 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
         if then is None:
             add(where, "new", "not in the saved run", False)
             continue
-        if then["status"] == "skipped" or now["status"] == "skipped":
-            which = ("skipped in both" if then["status"] == now["status"] else
-                     "skipped now" if now["status"] == "skipped" else "was skipped")
-            reason = now.get("reason") if now["status"] == "skipped" else then.get("reason")
+        if then.status == "skipped" or now.status == "skipped":
+            which = ("skipped in both" if then.status == now.status else
+                     "skipped now" if now.status == "skipped" else "was skipped")
+            reason = now.reason if now.status == "skipped" else then.reason
             add(where, which, reason or "", False)
             continue
-        if then["status"] == "pass" and now["status"] != "pass":
-            add(where, "newly failing", now.get("reason", ""), True)
-        elif then["status"] != "pass" and now["status"] == "pass":
-            add(where, "newly passing", f"was {then['status']}: {then.get('reason', '')}", False)
-        if then.get("output_sha256") and now.get("output_sha256") and then["output_sha256"] != now["output_sha256"]:
+        if then.passed and not now.passed:
+            add(where, "newly failing", now.reason or "", True)
+        elif not then.passed and now.passed:
+            add(where, "newly passing", f"was {then.status}: {then.reason or ''}", False)
+        if then.output_sha256 and now.output_sha256 and then.output_sha256 != now.output_sha256:
             if bits_apart:
                 add(where, "bits differ", f"other GPU or versions ({bits_apart}): not compared", False)
             else:
@@ -114,8 +112,8 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
                     where[2] not in library)
         moved = beyond_noise(then, now) if times_comparable(saved, new) else None
         if moved:
-            add(where, moved, f"{then['median_ms']:.4g} -> {now['median_ms']:.4g} ms (saved IQR "
-                f"{then.get('iqr_ms') or 0:.2g})", moved == "slower")
+            add(where, moved, f"{then.median_ms:.4g} -> {now.median_ms:.4g} ms (saved IQR {then.iqr_ms or 0:.2g})",
+                moved == "slower")
     for where in before.keys() - after.keys():
         add(where, "not rerun", "in the saved run only", False)
     return changes
@@ -123,7 +121,7 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
 
 def report(changes: list[dict], saved: dict, new: dict, path) -> str:
     """The changes as text, a line each: regressions first, then the other changes, then what was not compared."""
-    compared = len({_key(r) for r in saved["results"]} & {_key(r) for r in new["results"]})
+    compared = len({r.key for r in results_of(saved)} & {r.key for r in results_of(new)})
     lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
              f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}): {compared} result(s) in both runs"]
     if times_comparable(saved, new):

@@ -10,7 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict, result_backend
+from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
+from compare.result import Result, results_of
 from ports import ported_backend
 
 VERDICTS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}
@@ -57,7 +58,8 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
     title = f"{record['workload']} on {record['device']}"
     if interpreted:
         title += " - CPU interpreters: times are NOT GPU timings"
-    costs = any(r.get("kernel_ms") is not None for r in record["results"])  # timed with --timer all
+    results = results_of(record)
+    costs = any(r.kernel_ms is not None for r in results)  # timed with --timer all
     if detail:
         columns = ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
                    *(("kernel ms", "overhead ms", "from torch ms") if costs else ()), "TFLOP/s",
@@ -67,32 +69,32 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
     else:
         columns = ("case", "impl", "verdict", "ms", "speed-up", "roofline %", "bits")
     tables = {}
-    for r in record["results"]:
-        table_key = "all" if detail else r["case_set"]
+    for r in results:
+        table_key = "all" if detail else r.case_set
         if table_key not in tables:
-            tables[table_key] = Table(title=title if detail else f"{title}: {r['case_set']}", header_style="bold",
+            tables[table_key] = Table(title=title if detail else f"{title}: {r.case_set}", header_style="bold",
                                       box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
             for column in columns:
                 tables[table_key].add_column(column, justify="left" if column in (
                     "set", "case", "impl", "verdict", "error figures") else "right",
                     overflow="fold")  # a long case name breaks a line rather than losing its end
-        pair = against_reference.get((r["case_set"], r["case"], r["impl"]), {})
-        bitwise = ("ref" if reference_port.get((r["case_set"], r["case"])) == r["impl"]
+        pair = against_reference.get(r.key, {})
+        bitwise = ("ref" if reference_port.get((r.case_set, r.case)) == r.impl
                    else {True: "equal", False: "differ"}.get(pair.get("bitwise_equal"), "-"))
-        passed = r["status"] == "pass"  # a failing result's time is in the JSON, not shown as a speed
-        cells = {"set": r["case_set"], "case": r["case"], "impl": r["impl"], "verdict": VERDICTS[r["status"]],
-                 "error figures": " ".join(f"{name}={_number(value)}" for name, value in r.get("errors", {}).items())
+        passed = r.passed  # a failing result's time is in the JSON, not shown as a speed
+        cells = {"set": r.case_set, "case": r.case, "impl": r.impl, "verdict": VERDICTS[r.status],
+                 "error figures": " ".join(f"{name}={_number(value)}" for name, value in (r.errors or {}).items())
                  or "-",
-                 "median ms": _number(r.get("median_ms") if passed else None),
-                 "IQR ms": _number(r.get("iqr_ms") if passed else None), "runs": str(r.get("runs", "-")),
-                 "TFLOP/s": _number(r.get("tflops"), 1), "TB/s": _number(r.get("tbps"), 2),
-                 "% roofline": _number(r.get("roofline_pct"), 1),
-                 "speed-up": _number(r.get("speedup"), 2),
-                 "first call s": _number(r.get("first_call_s"), 2), "|vs ref port|": _number(pair.get("max_abs_diff")),
+                 "median ms": _number(r.median_ms if passed else None),
+                 "IQR ms": _number(r.iqr_ms if passed else None), "runs": str("-" if r.runs is None else r.runs),
+                 "TFLOP/s": _number(r.tflops, 1), "TB/s": _number(r.tbps, 2),
+                 "% roofline": _number(r.roofline_pct, 1),
+                 "speed-up": _number(r.speedup, 2),
+                 "first call s": _number(r.first_call_s, 2), "|vs ref port|": _number(pair.get("max_abs_diff")),
                  "bitwise": bitwise,
-                 "kernel ms": _number(r.get("kernel_ms") if passed else None),
-                 "overhead ms": _number(r.get("overhead_ms") if passed else None),
-                 "from torch ms": _number(r.get("from_torch_ms") if passed else None)}
+                 "kernel ms": _number(r.kernel_ms if passed else None),
+                 "overhead ms": _number(r.overhead_ms if passed else None),
+                 "from torch ms": _number(r.from_torch_ms if passed else None)}
         tables[table_key].add_row(*(cells[COMPACT_HEADERS.get(column, column)] for column in columns))
     for table in tables.values():
         console.print(table)
@@ -101,10 +103,10 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
             "kernel ms: the profiler's sum of its kernels; overhead: ms minus kernel ms; from torch: the torch "
             "caller's view (DLPack both ways for JAX); " if costs else "speed-up: against the workload's baseline; ")
             + "bits: against the reference port (ref). Other figures: --detail, or --json.")
-    failures = [r for r in record["results"] if r["status"] not in ("pass", "skipped")]
+    failures = [r for r in results if r.status not in ("pass", "skipped")]
     for r in failures:
-        console.print(f"[red]{r['status']}[/] {r['case_set']} {r['case']} {r['impl']}: {r['reason']}")
-    skipped = {r["impl"]: r["reason"] for r in record["results"] if r["status"] == "skipped"}
+        console.print(f"[red]{r.status}[/] {r.case_set} {r.case} {r.impl}: {r.reason}")
+    skipped = {r.impl: r.reason for r in results if r.status == "skipped"}
     for impl, reason in skipped.items():
         console.print(f"[yellow]skipped[/] {impl}: {reason}")
     if record.get("properties"):
@@ -144,17 +146,17 @@ def plot(record: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    timed = [r for r in record["results"] if r.get("median_ms") and r["status"] == "pass"]
-    cases = list(dict.fromkeys(f"{r['case_set']}:{r['case']}" for r in timed))
-    impls = list(dict.fromkeys(r["impl"] for r in timed))
+    timed = [r for r in results_of(record) if r.median_ms and r.passed]
+    cases = list(dict.fromkeys(f"{r.case_set}:{r.case}" for r in timed))
+    impls = list(dict.fromkeys(r.impl for r in timed))
     width = 0.8 / max(len(impls), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cases) + 2), 4.5))
     for n, impl in enumerate(impls):
         xs, ys = [], []
         for r in timed:
-            if r["impl"] == impl:
-                xs.append(cases.index(f"{r['case_set']}:{r['case']}") + n * width)
-                ys.append(r["median_ms"])
+            if r.impl == impl:
+                xs.append(cases.index(f"{r.case_set}:{r.case}") + n * width)
+                ys.append(r.median_ms)
         ax.bar(xs, ys, width, label=impl)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))], [c.split(":", 1)[1] for c in cases],
                   rotation=30, ha="right", fontsize=7)
@@ -184,20 +186,21 @@ def _ms(value) -> str:
 
 def _implementations(record: dict) -> list[str]:
     """The run's implementation names, ports first, in the order the run listed them."""
-    listed = record.get("implementations") or [{"name": r["impl"]} for r in record["results"]]
+    results = results_of(record)
+    listed = record.get("implementations") or [{"name": r.impl} for r in results]
     names = list(dict.fromkeys(entry["name"] for entry in listed))
-    backends = {r["impl"]: result_backend(r) for r in record["results"]}
+    backends = {r.impl: r.backend for r in results}
     return [n for n in names if ported_backend(backends.get(n))] + [
         n for n in names if not ported_backend(backends.get(n))]
 
 
-def floor_ms(record: dict, result: dict) -> float | None:
+def floor_ms(record: dict, result: Result) -> float | None:
     """A result's roofline floor at its GPU's datasheet peaks (computed here, so that a run recorded with other
     ceilings shows the floor nothing can beat), or None off the GPUs with a datasheet entry."""
     peaks = datasheet_peaks(record.get("device"))
-    if not peaks or result.get("flops") is None or result.get("min_bytes") is None:
+    if not peaks or result.flops is None or result.min_bytes is None:
         return None
-    return floor_seconds(result["flops"], result["min_bytes"], peaks) * 1e3
+    return floor_seconds(result.flops, result.min_bytes, peaks) * 1e3
 
 
 def floor_note(record: dict) -> str:
@@ -210,15 +213,15 @@ def floor_note(record: dict) -> str:
 def markdown_table(record: dict, case_set: str = "bench") -> str:
     """Median ms per case and implementation (failures named), the datasheet floor, and the geometric means."""
     names = _implementations(record)
-    results = [r for r in record["results"] if r["case_set"] == case_set]
-    cases = list(dict.fromkeys(r["case"] for r in results))
-    by_key = {(r["case"], r["impl"]): r for r in results}
+    results = [r for r in results_of(record) if r.case_set == case_set]
+    cases = list(dict.fromkeys(r.case for r in results))
+    by_key = {(r.case, r.impl): r for r in results}
     lines = ["| case | datasheet floor | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for case in cases:
         cells = []
         for name in names:
             r = by_key.get((case, name))
-            cells.append("-" if r is None else _ms(r.get("median_ms")) if r["status"] == "pass" else r["status"])
+            cells.append("-" if r is None else _ms(r.median_ms) if r.passed else r.status)
         floor = next((floor_ms(record, by_key[(case, n)]) for n in names if (case, n) in by_key), None)
         lines.append(f"| {case} | {_ms(floor)} | " + " | ".join(cells) + " |")
     summary = record.get("summary", {}).get(case_set, {})
@@ -264,26 +267,27 @@ def per_implementation_markdown(record: dict, case_set: str = "bench") -> str:
     the workload's baseline, the median % of the roofline floor, and where the run timed them, the kernel time, the
     overhead above it and the torch caller's time (`--timer all`)."""
     names = _implementations(record)
-    rows = {name: [r for r in record["results"] if r["case_set"] == case_set and r["impl"] == name] for name in names}
-    costs = any(r.get("kernel_ms") is not None for results in rows.values() for r in results)
+    results = results_of(record)
+    rows = {name: [r for r in results if r.case_set == case_set and r.impl == name] for name in names}
+    costs = any(r.kernel_ms is not None for results in rows.values() for r in results)
     header = ["implementation", "passed", "geomean ms", "geomean speed-up", "median % of datasheet floor"]
     header += ["geomean kernel ms", "median overhead ms", "geomean from torch ms"] if costs else []
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
 
     for name, results in rows.items():
-        passing = [r for r in results if r["status"] == "pass"]
+        passing = [r for r in results if r.passed]
         complete = len(passing) == len(results) and results
-        speedups = [r.get("speedup") for r in passing]
-        roofline = [100 * floor_ms(record, r) / r["median_ms"] for r in passing
-                    if floor_ms(record, r) is not None and r.get("median_ms")]
+        speedups = [r.speedup for r in passing]
+        roofline = [100 * floor_ms(record, r) / r.median_ms for r in passing
+                    if floor_ms(record, r) is not None and r.median_ms]
         cells = [name, f"{len(passing)}/{len(results)}",
-                 _ms(geometric_mean([r.get("median_ms") for r in passing]) if complete else None),
+                 _ms(geometric_mean([r.median_ms for r in passing]) if complete else None),
                  f"{geometric_mean(speedups):.2f}x" if complete and all(speedups) else "-",
                  f"{statistics.median(roofline):.1f}" if roofline else "-"]
         if costs:
-            cells += [_ms(geometric_mean([r.get("kernel_ms") for r in passing]) if complete else None),
-                      _ms(statistics.median([r["overhead_ms"] for r in passing]) if complete else None),
-                      _ms(geometric_mean([r.get("from_torch_ms") for r in passing]) if complete else None)]
+            cells += [_ms(geometric_mean([r.kernel_ms for r in passing]) if complete else None),
+                      _ms(statistics.median([r.overhead_ms for r in passing]) if complete else None),
+                      _ms(geometric_mean([r.from_torch_ms for r in passing]) if complete else None)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -338,9 +342,9 @@ def readme_with_tables(text: str, root: Path) -> str:
 
 def _baseline(record: dict) -> str:
     """The implementation whose speed-up is 1 on every case it passed (the workload's baseline in that run)."""
-    for r in record["results"]:
-        if r.get("speedup") == 1.0:
-            return r["impl"]
+    for r in results_of(record):
+        if r.speedup == 1.0:
+            return r.impl
     return "the baseline"
 
 

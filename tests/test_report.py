@@ -42,19 +42,23 @@ def below_floor(records):
     """(file, case, implementation, which time, ms, floor ms) for each passing time of the records ((name, record)
     pairs) under its datasheet floor: medians and every single call."""
     from compare.report import floor_ms
+    from compare.result import Result
 
     found = []
     for name, record in records:
         if not isinstance(record, dict) or not isinstance(record.get("results"), list):
             continue  # not a driver run
-        for result in record["results"]:
-            floor = floor_ms(record, result) if isinstance(result, dict) and result.get("status") == "pass" else None
+        for entry in record["results"]:
+            if not (isinstance(entry, dict) and entry.get("status") == "pass"):
+                continue
+            result = Result.from_json(entry)
+            floor = floor_ms(record, result)
             for key in ("median_ms", "kernel_ms", "from_torch_ms", "times_ms", "kernel_times_ms",
                         "from_torch_times_ms"):
-                values = result.get(key) if floor is not None else None
+                values = getattr(result, key) if floor is not None else None
                 for value in values if isinstance(values, list) else [] if values is None else [values]:
                     if value < floor:
-                        found.append((name, result["case"], result["impl"], key, value, floor))
+                        found.append((name, result.case, result.impl, key, value, floor))
     return found
 
 
@@ -67,11 +71,13 @@ def test_no_recorded_time_beats_its_datasheet_floor():
 
 def test_a_time_under_the_datasheet_floor_is_caught():
     from compare.report import floor_ms, floor_note
+    from compare.result import Result
 
     record = {"device": "NVIDIA H200", "results": [
         {"case": "c", "impl": "fast", "status": "pass", "flops": 989e12, "min_bytes": 1.0, "median_ms": 1001.0,
          "times_ms": [1002.0, 999.0]}]}  # a second of flops at the datasheet's bf16 peak: one call took less
-    assert floor_ms(record, record["results"][0]) == pytest.approx(1e3) and "989 TFLOP/s" in floor_note(record)
+    assert floor_ms(record, Result.from_json(record["results"][0])) == pytest.approx(1e3)
+    assert "989 TFLOP/s" in floor_note(record)
     assert [(key, value) for *_, key, value, _ in below_floor([("planted", record)])] == [("times_ms", 999.0)]
     assert below_floor([("elsewhere", dict(record, device="x86_64"))]) == []  # no datasheet: no floor
 
@@ -119,3 +125,24 @@ def test_every_file_the_findings_cite_exists():
     missing = [path for path in sorted(paths) if not list(ROOT.glob(path.rstrip("/")))]
     missing += [name for name in sorted(names) if not list((ROOT / "results").rglob(name))]
     assert missing == [], missing
+
+
+def test_a_result_reads_back_what_any_run_wrote():
+    # every result the runs in results/ hold reads into a Result and writes back as it was (fields of older versions
+    # kept in `extra`); a record made before backends had names gets its backend from `language`
+    from compare.result import Result
+
+    read = 0
+    for path in sorted((ROOT / "results").rglob("*.json")):
+        record = json.loads(path.read_text())
+        for entry in record.get("results", []) if isinstance(record, dict) else []:
+            if isinstance(entry, dict) and "impl" in entry:
+                back = Result.from_json(entry).to_json()
+                if "backend" not in entry:
+                    back.pop("backend", None)
+                assert back == {key: value for key, value in entry.items() if value is not None or key == "reason"}
+                read += 1
+    assert read > 3000
+    old = Result.from_json({"impl": "p", "language": "pallas", "status": "pass", "timed_checks": "4/4 passed"})
+    assert old.backend == "pallas-triton" and old.passed and old.extra == {"language": "pallas",
+                                                                             "timed_checks": "4/4 passed"}
