@@ -75,8 +75,8 @@ REPAIR_RESIDUAL = 500  # a vector with ||T x - value x|| above this many eps ||T
 GROUP_GAP = 5  # eigenvalues closer than this many eps ||T|| share an inverse-iteration shift, half a gap below the
 # group's first. A group chains its gaps, and the eigenvalue below it is only half a gap from the shift, so a wide
 # group's vectors come out mixed with that neighbour, which the last Gram-Schmidt carries down a long chained cluster:
-# wider gaps failed the mixed row, narrower ones the geometric rows; the failing 512 T of tests/test_eigh_stages.py shows the
-# choice is a threshold, not a cure
+# wider gaps failed the mixed row, narrower ones the geometric rows; the failing 512 T of tests/test_eigh_stages.py
+# shows the choice is a threshold, not a cure
 SPARSE_GROUP_GAP = 1  # a group whose mean gap is at least this many eps ||T|| is sparse. A dense group keeps the shared
 # shift; in a sparse one, each run of eigenvalues closer than this shares a shift half this gap below its first, and
 # every other member shifts by its own eigenvalue. A shared shift puts a wide group's top members far from it, nearer

@@ -155,7 +155,7 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
 def _panel_and_pass(step_ref):
     """(panel, 1 in its first pass and 0 in its second) of the split Gram-Schmidt's step step_ref[0] (panels in
     order, two passes each), by a shift and a mask: the kernels take the loop's counter, where forming the pair in
-    XLA cost a kernel a step (results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
+    XLA cost a kernel a step (results/h200/experiments/eigh-speed/eigh-kernel-times-pallas-loop-counters.txt)."""
     step = step_ref[0]
     return jax.lax.shift_right_logical(step, 1), 1 - jnp.bitwise_and(step, 1)
 

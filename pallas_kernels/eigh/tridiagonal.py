@@ -279,7 +279,8 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
 
 def _column_index(first_ref, offset_ref):
     """The over-launches column j = first + offset: a panel's first column and the panel loop's counter, added
-    here, where adding them in XLA cost a kernel a column (results/h200/eigh-kernel-times-pallas-loop-counters.txt)."""
+    here, where adding them in XLA cost a kernel a column
+    (results/h200/experiments/eigh-speed/eigh-kernel-times-pallas-loop-counters.txt)."""
     return first_ref[0] + offset_ref[0]
 
 

@@ -253,8 +253,8 @@ def _orthonormalize_finish_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again_
 def _project_register_cap(programs: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the split Gram-Schmidt's project kernel at a padded 512, where its programs
     outnumber the two four-warp programs an SM holds uncapped: three an SM. Set only where driver A/Bs measured it
-    faster (results/h200/eigh-variants-gram-schmidt-register-caps.json; the figures: results/h200/NOTES.md, "The eigh
-    ports' tuning constants")."""
+    faster (results/h200/experiments/eigh-variants/eigh-variants-gram-schmidt-register-caps.json; the figures:
+    results/h200/NOTES.md, "The eigh ports' tuning constants")."""
     if block_n != 512:
         return None
     return register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT_WARPS, device=device)
