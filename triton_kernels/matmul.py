@@ -15,7 +15,6 @@ import triton
 import triton.language as tl
 
 from ports.matmul import output_dtype, validate
-
 from ports.matmul_common import MatmulTiling, matmul_tiling
 
 

@@ -1,0 +1,111 @@
+"""The batch-invariant mode for torch (ports.batch_invariant): through the Triton interpreter on a CPU, at small
+sizes, the mode's products are invariant in the batch, agree with float64, carry their invariance into the gradients
+of the activations, refuse what they do not cover, and leave torch's kernels exactly as they were. On a CPU the
+products are float16 (the interpreter misreads bfloat16, which the mode refuses there); bfloat16 on a GPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ports.batch_invariant as bi
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+TOLERANCE = 2.0**-7  # twice bf16's rounding unit, relative to |ref| + rms(ref) (the matmul workload's check)
+
+
+def half(*shape, seed):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE, DTYPE)
+
+
+def float64_product(a, b):
+    """a @ b in float64 by broadcasting, not aten::mm (which the mode refuses in float64)."""
+    return (a.double()[:, :, None] * b.double()[None, :, :]).sum(dim=1)
+
+
+def assert_close_to_float64(output, expected):
+    scale = expected.abs() + expected.square().mean().sqrt()
+    assert bool(((output.double() - expected).abs() <= TOLERANCE * scale).all())
+
+
+@pytest.fixture
+def mode():
+    with bi.batch_invariant():
+        yield
+    assert not bi.active()
+
+
+def test_each_row_has_the_same_bits_in_any_batch(mode):
+    x, w, bias = half(12, 48, seed=1), half(40, 48, seed=2), half(40, seed=3)
+    products = {"matmul": lambda rows: rows @ w.T, "linear": lambda rows: F.linear(rows, w, bias),
+                "batched": lambda rows: torch.matmul(rows.reshape(-1, 2, 48).transpose(0, 1), w.T).transpose(0, 1)
+                .reshape(-1, 40)}
+    for name, product in products.items():
+        whole = product(x)
+        for m in (2, 4, 6, 10):
+            assert torch.equal(product(x[:m]), whole[:m]), (name, m)
+    assert_close_to_float64(products["linear"](x), float64_product(x, w.T) + bias.double())
+
+
+def test_the_gradient_of_the_activations_is_invariant_too(mode):
+    w = half(24, 32, seed=4).requires_grad_()
+    x = half(8, 32, seed=5)
+    gradients = {}
+    for m in (3, 8):
+        rows = x[:m].clone().requires_grad_()
+        F.linear(rows, w).float().square().sum().backward()
+        gradients[m] = rows.grad
+    assert torch.equal(gradients[3], gradients[8][:3])
+    expected = float64_product(2 * float64_product(x, w.detach().T), w.detach())  # d/dx of sum((x W^T)^2)
+    assert_close_to_float64(gradients[8], expected)
+
+
+def test_an_uncovered_dtype_is_refused_naming_the_op(mode):
+    with pytest.raises(bi.NotCovered, match="aten::mm on torch.float32 is not covered"):
+        torch.randn(4, 8, device=DEVICE) @ torch.randn(8, 3, device=DEVICE)
+    with pytest.raises(bi.NotCovered, match=f"aten::addmm on {DTYPE}, torch.float32"):
+        F.linear(half(4, 8, seed=6), half(3, 8, seed=7), torch.zeros(3, device=DEVICE))
+
+
+def test_leaving_the_mode_restores_torchs_kernels_exactly():
+    a, b = half(6, 16, seed=8), half(16, 8, seed=9)
+    before = a @ b
+    with bi.batch_invariant():
+        with bi.batch_invariant():  # nested: the mode ends at the outer exit
+            pass
+        assert bi.active()
+        inside = a @ b
+    assert not bi.active() and torch.equal(a @ b, before)
+    torch.randn(2, 3) @ torch.randn(3, 2)  # float32 again, refused inside the mode
+    assert_close_to_float64(inside, float64_product(a, b))
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter's limit, on a CPU")
+def test_bfloat16_is_refused_on_a_cpu(mode):
+    with pytest.raises(bi.NotCovered, match="misreads bfloat16"):
+        torch.ones(2, 3, dtype=torch.bfloat16) @ torch.ones(3, 2, dtype=torch.bfloat16)
+
+
+def test_empty_products_need_no_launch(mode):
+    assert (half(0, 8, seed=1) @ half(8, 3, seed=2)).shape == (0, 3)
+    assert torch.equal(half(4, 0, seed=1) @ half(0, 3, seed=2), torch.zeros(4, 3, device=DEVICE, dtype=DTYPE))
+
+
+def test_the_port_is_the_fastest_registered_one_this_machine_runs():
+    name, _ = bi.port_for(torch.device(DEVICE))
+    expected = "gluon" if DEVICE == "cuda" and torch.cuda.get_device_capability() >= (9, 0) else "triton"
+    assert name == expected
+
+
+def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
+    # the invariance check is not vacuous: a planted port that splits K for small batches (as cuBLAS does), each half
+    # rounded to 16 bits, gives rows that differ from the whole batch's
+    def split_k_below_8_rows(data):
+        a, b, _ = data
+        if a.shape[0] >= 8:
+            return float64_product(a, b).to(a.dtype)
+        half = a.shape[1] // 2
+        return (float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype))
+
+    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
+    x, w = half(12, 48, seed=1), half(48, 40, seed=2)
+    assert not torch.equal(x[:2] @ w, (x @ w)[:2])
