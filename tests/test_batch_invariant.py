@@ -109,3 +109,69 @@ def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
     x, w = half(12, 48, seed=1), half(48, 40, seed=2)
     assert not torch.equal(x[:2] @ w, (x @ w)[:2])
+
+
+# --- JAX: ports.batch_invariant_jax.batch_invariant(f) -------------------------------------------------------------
+
+def jax_inputs(rows, depth, cols, seed):
+    jnp = pytest.importorskip("jax.numpy")
+    x, w = half(rows, depth, seed=seed).float().cpu().numpy(), half(depth, cols, seed=seed + 1).float().cpu().numpy()
+    dtype = jnp.bfloat16 if DEVICE == "cuda" else jnp.float16
+    return jnp.asarray(x, dtype), jnp.asarray(w, dtype)
+
+
+def decoder_layer(x, w):
+    """A product inside a jit and under a custom-derivative activation, as models write them."""
+    import jax
+
+    return jax.nn.relu(jax.jit(lambda rows: rows @ w)(x)) * 2
+
+
+def test_jax_rows_have_the_same_bits_in_any_batch_under_jit_and_grad():
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    from ports.batch_invariant_jax import batch_invariant
+
+    x, w = jax_inputs(12, 48, 40, seed=21)
+    layer = batch_invariant(decoder_layer)
+    whole = layer(x, w)
+    for m in (1, 3, 7):
+        assert bool((layer(x[:m], w) == whole[:m]).all()), m
+    assert bool((jax.jit(layer)(x, w) == whole).all())
+    expected = np.maximum(np.asarray(x, np.float64) @ np.asarray(w, np.float64), 0) * 2
+    scale = np.abs(expected) + np.sqrt(np.mean(expected**2))
+    assert bool((np.abs(np.asarray(whole, np.float64) - expected) <= TOLERANCE * scale).all())
+    for gradient in (jax.grad(lambda rows: layer(rows, w).astype("float32").sum()),  # grad of the transformed f
+                     batch_invariant(jax.grad(lambda rows: decoder_layer(rows, w).astype("float32").sum()))):
+        assert bool((gradient(x[:3]) == gradient(x)[:3]).all())
+
+
+def test_jax_refuses_what_it_does_not_cover():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    from ports.batch_invariant import NotCovered
+    from ports.batch_invariant_jax import batch_invariant
+
+    x, w = jax_inputs(4, 16, 8, seed=31)
+    with pytest.raises(NotCovered, match="dot_general on float32"):
+        batch_invariant(lambda a, b: a @ b)(x.astype(jnp.float32), w.astype(jnp.float32))
+    scanned = lambda a, b: jax.lax.scan(lambda carry, row: (carry, row @ b), 0.0, a)[1]  # noqa: E731
+    with pytest.raises(NotCovered, match="inside scan"):
+        batch_invariant(scanned)(x, w)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the interpreters sum in their own orders: same bits only on the GPU")
+def test_torch_and_jax_give_the_same_bits():
+    pytest.importorskip("jax")
+    import numpy as np
+
+    from ports.batch_invariant_jax import batch_invariant
+
+    x, w = jax_inputs(16, 64, 48, seed=41)
+    with bi.batch_invariant():
+        torch_bits = (torch.from_numpy(np.asarray(x.astype("float32"))).to(DEVICE, DTYPE)
+                      @ torch.from_numpy(np.asarray(w.astype("float32"))).to(DEVICE, DTYPE))
+    jax_bits = batch_invariant(lambda a, b: a @ b)(x, w)
+    assert np.array_equal(torch_bits.float().cpu().numpy(), np.asarray(jax_bits.astype("float32")))

@@ -1,0 +1,153 @@
+"""Batch-invariant JAX: `batch_invariant(f)` runs f with every `dot_general` on the project's Pallas matmul ports.
+
+    from ports.batch_invariant_jax import batch_invariant
+
+    logits = jax.jit(batch_invariant(model))(params, tokens)  # each row's bits whatever the batch
+
+f is traced to a jaxpr and evaluated equation by equation, each `dot_general` replaced by the port, which sums every
+output element over K in one fixed order whatever M is (no split-K). The rows of a product are the lhs's free
+dimensions flattened, so a row has the same bits alone or in any batch. The port is the first of `PORT_ORDER` that
+this machine runs (Mosaic GPU on Hopper, Pallas-Triton on other GPUs; on a CPU through their interpreters); on the
+GPU the ports give the same bits as each other and as the torch mode's (`ports.batch_invariant`).
+
+It composes with `jax.jit` and `jax.grad` either way round: a product's gradient runs on the port too (a custom VJP:
+the gradient of the lhs, g b^T, keeps the rows' invariance; the rhs's, a^T g, sums over the batch). Inner `jit`s
+are entered; a custom-derivative function whose body holds a product is entered too (its custom rule then gives way
+to the products' own), one without products is left whole.
+
+What it does not cover it refuses with `ports.batch_invariant.NotCovered`, never falling back to XLA's dot: a
+product in another dtype than bfloat16 or float16 (or of two dtypes, or with a preferred type other than its own
+or float32), and a product inside a control-flow primitive (`scan`, `while`, `cond`), whose body this evaluator does
+not enter. The gradient of a product with a float32 result rounds its cotangent to the operands' dtype.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ports.batch_invariant import NotCovered
+
+PORT_ORDER = ("mosaic_gpu", "pallas")  # fastest first among the JAX ports that give the same bits
+DTYPES = (jnp.bfloat16, jnp.float16)
+CALLS = ("jit", "pjit", "closed_call", "core_call")  # call primitives whose jaxpr is entered
+CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")  # entered only where they hold a product
+
+
+@functools.cache
+def port() -> tuple[str, callable]:
+    """(name, matmul function) of the port the transformation runs: the first of PORT_ORDER this machine runs."""
+    from ports import matmul as spec
+
+    for name in PORT_ORDER:
+        impl = spec.WORKLOAD.implementation(name)
+        if impl.needs.missing() is None:
+            return name, impl.load()
+    raise RuntimeError(f"batch_invariant: none of the JAX matmul ports {PORT_ORDER} runs on this machine")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _product(a, b, out: str):
+    """a [M, K] @ b [K, N] on the port, in a's dtype (out "same") or float32."""
+    if 0 in (a.shape[0], a.shape[1], b.shape[1]):
+        return jnp.zeros((a.shape[0], b.shape[1]), a.dtype if out == "same" else jnp.float32)
+    return port()[1]((a, b, out))
+
+
+def _product_forward(a, b, out):
+    return _product(a, b, out), (a, b)
+
+
+def _product_backward(out, residuals, g):
+    a, b = residuals
+    g = g.astype(a.dtype)
+    return _product(g, b.T, "same"), _product(a.T, g, "same")
+
+
+_product.defvjp(_product_forward, _product_backward)
+
+
+def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
+    """`lax.dot_general` on the port: batch dimensions one matrix at a time, the lhs's free dimensions as rows."""
+    if lhs.dtype != rhs.dtype or lhs.dtype not in DTYPES:
+        raise NotCovered(f"batch_invariant: dot_general on {lhs.dtype} and {rhs.dtype} is not covered (the matmul "
+                         "ports take bfloat16 or float16, both operands alike)")
+    if preferred_element_type in (None, lhs.dtype):
+        out = "same"
+    elif preferred_element_type == jnp.float32:
+        out = "float32"
+    else:
+        raise NotCovered(f"batch_invariant: dot_general to {preferred_element_type} is not covered")
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
+    batch_shape = [lhs.shape[d] for d in lhs_batch]
+    rows_shape, cols_shape = [lhs.shape[d] for d in lhs_free], [rhs.shape[d] for d in rhs_free]
+    depth = math.prod(lhs.shape[d] for d in lhs_contract)
+    batch, rows, cols = math.prod(batch_shape), math.prod(rows_shape), math.prod(cols_shape)
+    a = jnp.transpose(lhs, (*lhs_batch, *lhs_free, *lhs_contract)).reshape(batch, rows, depth)
+    b = jnp.transpose(rhs, (*rhs_batch, *rhs_contract, *rhs_free)).reshape(batch, depth, cols)
+    products = [_product(a[i], b[i], out) for i in range(batch)]
+    result = jnp.stack(products) if products else jnp.zeros((0, rows, cols), lhs.dtype if out == "same" else
+                                                            jnp.float32)
+    return result.reshape(*batch_shape, *rows_shape, *cols_shape)
+
+
+def _jaxprs_in(params: dict):
+    """The (jaxpr, consts) pairs an equation's parameters hold: closed jaxprs, open ones, and those in tuples (the
+    branches of a cond)."""
+    for value in params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
+                yield item.jaxpr, item.consts
+            elif hasattr(item, "eqns"):
+                yield item, ()
+
+
+def _holds_a_product(jaxpr) -> bool:
+    return any(eqn.primitive.name == "dot_general"
+               or any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
+
+
+def _evaluate(jaxpr, consts, *args):
+    """The jaxpr's outputs for `args`, every dot_general on the port."""
+    env = {}
+
+    def read(var):
+        return var.val if hasattr(var, "val") else env[var]
+
+    for var, value in zip(jaxpr.constvars, consts):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        values = [read(var) for var in eqn.invars]
+        name = eqn.primitive.name
+        if name == "dot_general":
+            outputs = [_dot_general(*values, **eqn.params)]
+        elif (name in CALLS or name in CUSTOM) and _holds_a_product(next(_jaxprs_in(eqn.params))[0]):
+            inner, inner_consts = next(_jaxprs_in(eqn.params))
+            outputs = _evaluate(inner, inner_consts, *values)
+        elif any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)):
+            raise NotCovered(f"batch_invariant: a dot_general inside {name} is not covered (this evaluator does not "
+                             "enter control flow); move the product out of it, or leave f untransformed")
+        else:
+            outputs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))  # as eval_jaxpr
+            outputs = outputs if eqn.primitive.multiple_results else [outputs]
+        for var, value in zip(eqn.outvars, outputs):
+            env[var] = value
+    return [read(var) for var in jaxpr.outvars]
+
+
+def batch_invariant(f):
+    """f with every matrix product on the batch-invariant matmul ports (see the module's docstring)."""
+
+    @functools.wraps(f)
+    def transformed(*args, **kwargs):
+        closed, shapes = jax.make_jaxpr(functools.partial(f, **kwargs), return_shape=True)(*args)
+        outputs = _evaluate(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), outputs)
+
+    return transformed
