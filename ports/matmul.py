@@ -40,6 +40,29 @@ TEST_CASES = [
     _case(7, 4096, 4096, 8, out="float32"), _case(33, 14336, 4096, 9), _case(255, 4096, 14336, 10),
     _case(1000, 4096, 4096, 11), _case(4096, 4096, 4096, 12, out="float32"),
 ]
+# The products of real models at decode and prefill batch sizes (weights as [K, N]), for the torch-side ports'
+# tile heuristic (issue 56): M, N and K ragged against the tiles, narrow N, M from 1 to 4096, K up to 16384, and
+# the bench shapes' neighbours. Each names its model and layer (sizes from the models' published config.json).
+_MODELS = {
+    "llama-3.1-8b qkv": (6144, 4096), "llama-3.1-8b gate_up": (28672, 4096), "llama-3.1-8b down": (4096, 14336),
+    "llama-3.1-8b o_proj": (4096, 4096), "llama-3.1-8b lm_head": (128256, 4096),
+    "qwen2.5-7b qkv": (4608, 3584), "qwen2.5-7b o_proj": (3584, 3584),
+    "gpt-oss-20b qkv": (5120, 2880), "gpt-oss-20b o_proj": (2880, 4096), "gpt-oss-20b router": (32, 2880),
+    "gpt-oss-120b router": (128, 2880), "vit-b/16 head": (1000, 768), "llama-3.1-405b qkv": (18432, 16384),
+}  # model layer -> (N, K)
+SHAPES_CASES = [
+    dict(_case(m, *_MODELS[layer], 400 + i), model=layer) for i, (layer, m) in enumerate([
+        ("llama-3.1-8b qkv", 1), ("llama-3.1-8b qkv", 17), ("llama-3.1-8b qkv", 1000),
+        ("llama-3.1-8b gate_up", 1), ("llama-3.1-8b gate_up", 257),
+        ("llama-3.1-8b down", 3), ("llama-3.1-8b down", 2048),
+        ("llama-3.1-8b lm_head", 1), ("llama-3.1-8b lm_head", 100),
+        ("qwen2.5-7b qkv", 1), ("qwen2.5-7b qkv", 4096), ("qwen2.5-7b o_proj", 129),
+        ("gpt-oss-20b qkv", 1), ("gpt-oss-20b qkv", 3000), ("gpt-oss-20b o_proj", 1000),
+        ("gpt-oss-20b router", 1), ("gpt-oss-20b router", 4096), ("gpt-oss-120b router", 2048),
+        ("vit-b/16 head", 1), ("vit-b/16 head", 256),
+        ("llama-3.1-405b qkv", 1), ("llama-3.1-405b qkv", 16),
+        # the bench shapes' neighbours (M next to the bench's 1, 16, 64, 128, 512, 1024 at 4096 x 4096)
+        *[("llama-3.1-8b o_proj", m) for m in (2, 15, 65, 127, 513, 1025)]])]
 # float16 so that the Triton interpreter reads its inputs correctly on CPU.
 SMOKE_CASES = [
     _case(1, 64, 64, 21, "float16"), _case(7, 33, 40, 22, "float16"),
@@ -233,7 +256,7 @@ def matmul_xla(data):
 
 WORKLOAD = Workload(
     name="matmul",
-    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},
+    cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES, "shapes": SHAPES_CASES},
     make_inputs=make_inputs,
     reference=reference,
     check=check,
