@@ -32,6 +32,8 @@ def workloads_help() -> str:
     lines.append("`python -m compare --list` lists every workload's implementations and case sets.")
     lines.append("`python -m compare report` writes results/h200/REPORT.md and README.md's tables from the runs of "
                  "record.")
+    lines.append("`python -m compare invariance` runs a small decoder in torch and JAX with the batch-invariant "
+                 "modes off and on.")
     return "\n".join(lines)
 
 
@@ -104,6 +106,10 @@ Writes results/h200/REPORT.md (with its charts) and README.md's generated tables
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["invariance"]:
+        from compare.invariance import main as invariance_main
+
+        return invariance_main(argv[1:])
     if argv[:1] == ["report"]:
         if argv[1:] in (["-h"], ["--help"]):
             print(REPORT_HELP)

@@ -175,3 +175,37 @@ def test_torch_and_jax_give_the_same_bits():
                       @ torch.from_numpy(np.asarray(w.astype("float32"))).to(DEVICE, DTYPE))
     jax_bits = batch_invariant(lambda a, b: a @ b)(x, w)
     assert np.array_equal(torch_bits.float().cpu().numpy(), np.asarray(jax_bits.astype("float32")))
+
+
+# --- the proof on a decoder: python -m compare invariance ----------------------------------------------------------
+
+def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(tmp_path):
+    pytest.importorskip("jax")
+    import json
+
+    from compare.__main__ import main
+
+    path = tmp_path / "invariance.json"
+    assert main(["invariance", "--batches", "1,2", "--layers", "1", "--length", "4", "--json", str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert record["passed"] and set(record["frameworks"]) == {"torch", "jax"}
+    assert all(entry["logits"] and entry["gradient"] for framework in record["frameworks"].values()
+               for entry in framework["on"].values())
+    assert "logits_equal" in record["cross"]
+
+
+def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
+    # a planted torch port that splits K below 8 rows: a sequence of 4 tokens alone (M = 4) and in a batch of two
+    # (M = 8) sum in different orders, and the proof fails
+    from compare.invariance import Decoder, run
+
+    def split_k_below_8_rows(data):
+        a, b, _ = data
+        if a.shape[0] >= 8:
+            return float64_product(a, b).to(a.dtype)
+        half = a.shape[1] // 2
+        return (float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype))
+
+    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
+    record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
+    assert not record["passed"] and not record["frameworks"]["torch"]["on"][2]["logits"]

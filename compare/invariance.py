@@ -1,0 +1,330 @@
+"""The batch-invariant modes on a small transformer decoder, in torch and in JAX: the proof of issue 54.
+
+    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--json FILE]
+
+One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
+random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. For each framework, with
+its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and each batch size B:
+
+- logits: every sequence's logits in the batch of B against the same sequence run alone, bit for bit;
+- gradient: the gradient of every sequence's loss (cross-entropy of its next tokens) with respect to its own
+  embedded input, in the batch against alone (a weight's gradient sums over the batch, so it is batch-variant by
+  definition and not compared).
+
+Then, with both modes on, the torch and JAX logits of the whole batch, bit for bit; where they differ, the first
+intermediate (in the order the decoder computes them) that differs for the first sequence names the op.
+
+The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
+softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
+Exit status 0 when each framework's mode holds every comparison, 1 otherwise, 2 for a bad argument.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class Decoder:
+    vocab: int = 64
+    dim: int = 32
+    heads: int = 2
+    hidden: int = 64
+    layers: int = 2
+    length: int = 8  # tokens a sequence
+
+    def weights(self, seed: int) -> dict[str, np.ndarray]:
+        """Float32 weights, scaled so that activations stay near unit size."""
+        rng = np.random.default_rng(seed)
+
+        def normal(*shape, fan_in):
+            return (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
+
+        weights = {"embed": normal(self.vocab, self.dim, fan_in=1), "norm": 1 + 0.1 * normal(self.dim, fan_in=1),
+                   "lm_head": normal(self.dim, self.vocab, fan_in=self.dim)}
+        for i in range(self.layers):
+            weights.update({f"norm1.{i}": 1 + 0.1 * normal(self.dim, fan_in=1),
+                            f"wqkv.{i}": normal(self.dim, 3 * self.dim, fan_in=self.dim),
+                            f"wo.{i}": normal(self.dim, self.dim, fan_in=self.dim),
+                            f"norm2.{i}": 1 + 0.1 * normal(self.dim, fan_in=1),
+                            f"wgu.{i}": normal(self.dim, 2 * self.hidden, fan_in=self.dim),
+                            f"wdown.{i}": normal(self.hidden, self.dim, fan_in=self.hidden)})
+        return weights
+
+    def tokens(self, batch: int, seed: int) -> np.ndarray:
+        return np.random.default_rng(seed + 1).integers(0, self.vocab, (batch, self.length + 1))
+
+
+def decoder_torch(model: Decoder, weights: dict, inputs, trace: dict | None = None):
+    """Logits [B, T, vocab] from embedded inputs [B, T, dim] (torch); `trace` collects the intermediates."""
+    import torch
+
+    def keep(name, value):
+        if trace is not None:
+            trace[name] = value
+        return value
+
+    def rms_norm(x, weight):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + EPS) * weight.float()).to(x.dtype)
+
+    batch, length, dim = inputs.shape
+    head_dim = dim // model.heads
+    causal = torch.full((length, length), float("-inf"), device=inputs.device).triu(1)
+    x = inputs
+    for i in range(model.layers):
+        h = keep(f"norm1.{i}", rms_norm(x, weights[f"norm1.{i}"]))
+        qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
+        q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(1, 2) for part in qkv.split(dim, -1))
+        scores = keep(f"scores.{i}", (q @ k.transpose(-1, -2)) * (1 / math.sqrt(head_dim)))
+        probs = keep(f"softmax.{i}", torch.softmax(scores.float() + causal, dim=-1).to(x.dtype))
+        attention = keep(f"attention.{i}", (probs @ v).transpose(1, 2).reshape(batch, length, dim))
+        x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
+        h = keep(f"norm2.{i}", rms_norm(x, weights[f"norm2.{i}"]))
+        gate, up = (h @ weights[f"wgu.{i}"]).split(model.hidden, -1)
+        gated = keep(f"silu.{i}", (torch.nn.functional.silu(gate.float()) * up.float()).to(x.dtype))
+        x = keep(f"residual2.{i}", x + gated @ weights[f"wdown.{i}"])
+    return keep("logits", rms_norm(x, weights["norm"]) @ weights["lm_head"])
+
+
+def decoder_jax(model: Decoder, weights: dict, inputs, trace: dict | None = None):
+    """The same decoder in JAX."""
+    import jax
+    import jax.numpy as jnp
+
+    def keep(name, value):
+        if trace is not None:
+            trace[name] = value
+        return value
+
+    def rms_norm(x, weight):
+        x32 = x.astype(jnp.float32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), -1, keepdims=True) + EPS)
+                * weight.astype(jnp.float32)).astype(x.dtype)
+
+    batch, length, dim = inputs.shape
+    head_dim = dim // model.heads
+    causal = jnp.triu(jnp.full((length, length), -jnp.inf, jnp.float32), 1)
+    x = inputs
+    for i in range(model.layers):
+        h = keep(f"norm1.{i}", rms_norm(x, weights[f"norm1.{i}"]))
+        qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
+        q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(0, 2, 1, 3)
+                   for part in jnp.split(qkv, 3, axis=-1))
+        scores = keep(f"scores.{i}", (q @ k.transpose(0, 1, 3, 2)) * jnp.asarray(1 / math.sqrt(head_dim), x.dtype))
+        probs = keep(f"softmax.{i}", jax.nn.softmax(scores.astype(jnp.float32) + causal, axis=-1).astype(x.dtype))
+        attention = keep(f"attention.{i}", (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim))
+        x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
+        h = keep(f"norm2.{i}", rms_norm(x, weights[f"norm2.{i}"]))
+        gate, up = jnp.split(h @ weights[f"wgu.{i}"], 2, axis=-1)
+        gated = keep(f"silu.{i}", (jax.nn.silu(gate.astype(jnp.float32)) * up.astype(jnp.float32)).astype(x.dtype))
+        x = keep(f"residual2.{i}", x + gated @ weights[f"wdown.{i}"])
+    return keep("logits", rms_norm(x, weights["norm"]) @ weights["lm_head"])
+
+
+class TorchRunner:
+    """The decoder in torch on this machine's device, its mode on or off."""
+
+    name = "torch"
+
+    def __init__(self, model: Decoder, weights: dict, on_gpu: bool):
+        import torch
+
+        self.torch, self.model = torch, model
+        self.device = "cuda" if on_gpu else "cpu"
+        self.dtype = torch.bfloat16 if on_gpu else torch.float16
+        self.weights = {name: torch.from_numpy(value).to(self.device, self.dtype) for name, value in weights.items()}
+
+    def _mode(self, invariant: bool):
+        import contextlib
+
+        import ports.batch_invariant as bi
+
+        return bi.batch_invariant() if invariant else contextlib.nullcontext()
+
+    def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+        inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
+        with self._mode(invariant), self.torch.no_grad():
+            return decoder_torch(self.model, self.weights, inputs).float().cpu().numpy()
+
+    def input_gradients(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+        torch = self.torch
+        inputs = self.weights["embed"][torch.from_numpy(tokens[:, :-1]).to(self.device)].detach().requires_grad_()
+        targets = torch.from_numpy(tokens[:, 1:]).to(self.device)
+        with self._mode(invariant):
+            logits = decoder_torch(self.model, self.weights, inputs).float()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, self.model.vocab), targets.reshape(-1),
+                                                     reduction="sum")
+            loss.backward()
+        return inputs.grad.float().cpu().numpy()
+
+    def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        trace = {}
+        inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
+        with self._mode(True), self.torch.no_grad():
+            decoder_torch(self.model, self.weights, inputs, trace)
+        return {name: value.float().cpu().numpy() for name, value in trace.items()}
+
+
+class JaxRunner:
+    """The decoder in JAX, jitted, its transformation on or off."""
+
+    name = "jax"
+
+    def __init__(self, model: Decoder, weights: dict, on_gpu: bool):
+        import jax
+        import jax.numpy as jnp
+
+        from ports.batch_invariant_jax import batch_invariant
+
+        self.jax, self.jnp, self.model = jax, jnp, model
+        self.dtype = jnp.bfloat16 if on_gpu else jnp.float16
+        self.weights = {name: jnp.asarray(value, self.dtype) for name, value in weights.items()}
+
+        def forward(weights, tokens):
+            return decoder_jax(model, weights, weights["embed"][tokens[:, :-1]]).astype(jnp.float32)
+
+        def loss(inputs, weights, tokens):
+            logits = decoder_jax(model, weights, inputs).astype(jnp.float32)
+            picked = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tokens[:, 1:, None], -1)
+            return -jnp.sum(picked)
+
+        def input_gradients(weights, tokens):
+            return jax.grad(loss)(weights["embed"][tokens[:, :-1]], weights, tokens).astype(jnp.float32)
+
+        self._logits = {False: jax.jit(forward), True: jax.jit(batch_invariant(forward))}
+        self._gradients = {False: jax.jit(input_gradients), True: jax.jit(batch_invariant(input_gradients))}
+        self._batch_invariant = batch_invariant
+
+    def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+        return np.asarray(self._logits[invariant](self.weights, self.jnp.asarray(tokens)))
+
+    def input_gradients(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+        return np.asarray(self._gradients[invariant](self.weights, self.jnp.asarray(tokens)))
+
+    def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        def traced(weights, tokens):
+            trace = {}
+            decoder_jax(self.model, weights, weights["embed"][tokens[:, :-1]], trace)
+            return {name: value.astype(self.jnp.float32) for name, value in trace.items()}
+
+        outputs = self._batch_invariant(traced)(self.weights, self.jnp.asarray(tokens))
+        return {name: np.asarray(value) for name, value in outputs.items()}
+
+
+def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant: bool) -> dict:
+    """For each batch size B: whether every sequence's logits and input gradient in the batch of B are bit for bit
+    its own alone, and the first sequence that is not."""
+    alone = [(runner.logits(tokens[i:i + 1], invariant)[0], runner.input_gradients(tokens[i:i + 1], invariant)[0])
+             for i in range(max(batches))]
+    entries = {}
+    for batch in batches:
+        logits = runner.logits(tokens[:batch], invariant)
+        gradients = runner.input_gradients(tokens[:batch], invariant)
+        differing = {what: next((i for i in range(batch) if not np.array_equal(values[i], alone[i][n])), None)
+                     for n, (what, values) in enumerate((("logits", logits), ("gradient", gradients)))}
+        entries[batch] = {"logits": differing["logits"] is None, "gradient": differing["gradient"] is None,
+                          "first_differing_sequence": differing["logits"] if differing["logits"] is not None
+                          else differing["gradient"]}
+    return entries
+
+
+def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
+    """The first intermediate, in the decoder's order, whose torch and JAX values differ: its name and the largest
+    difference; None when every one is equal."""
+    for name, value in torch_trace.items():
+        other = jax_trace[name]
+        if not np.array_equal(value, other):
+            return {"op": name, "max_abs_diff": float(np.max(np.abs(value - other))),
+                    "elements_differing": int(np.sum(value != other)), "elements": int(value.size)}
+    return None
+
+
+def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print) -> dict:
+    from compare import gpu_or_interpreters
+    from compare.records import device_info, versions
+
+    on_gpu = gpu_or_interpreters()
+    weights, tokens = model.weights(seed), model.tokens(max(batches), seed)
+    runners = {"torch": TorchRunner, "jax": JaxRunner}
+    record = {"model": asdict(model), "batches": batches, **device_info(), "versions": versions(),
+              "dtype": "bfloat16" if on_gpu else "float16", "frameworks": {}}
+    built = {}
+    for name in frameworks:
+        built[name] = runners[name](model, weights, on_gpu)
+        for invariant in (False, True):
+            progress(f"{name}, mode {'on' if invariant else 'off'} ...")
+            record["frameworks"].setdefault(name, {})["on" if invariant else "off"] = batch_comparisons(
+                built[name], tokens, batches, invariant)
+    if set(frameworks) == {"torch", "jax"}:
+        progress("torch against JAX, both modes on ...")
+        equal = np.array_equal(built["torch"].logits(tokens, True), built["jax"].logits(tokens, True))
+        record["cross"] = {"logits_equal": equal, "first_difference": None if equal else first_difference(
+            built["torch"].trace(tokens[:1]), built["jax"].trace(tokens[:1]))}
+    record["passed"] = all(entry["logits"] and entry["gradient"] for runs in record["frameworks"].values()
+                           for entry in runs["on"].values())
+    return record
+
+
+def table(record: dict) -> str:
+    lines = [f"{'framework':10} {'mode':5} " + " ".join(f"B={batch:<5}" for batch in record["batches"]),
+             "(each cell: logits, input gradient; = bit for bit the same as each sequence alone, x differs)"]
+    for name, runs in record["frameworks"].items():
+        for mode, entries in runs.items():
+            cells = " ".join(f"{'=' if e['logits'] else 'x'}{'=' if e['gradient'] else 'x'}     "
+                             for e in entries.values())
+            lines.append(f"{name:10} {mode:5} {cells}")
+    cross = record.get("cross")
+    if cross:
+        difference = cross["first_difference"]
+        lines.append("torch and JAX logits, modes on: " + ("the same bits" if cross["logits_equal"] else
+                     f"differ; first at {difference['op']} ({difference['elements_differing']} of "
+                     f"{difference['elements']} elements, up to {difference['max_abs_diff']:.3g})"
+                     if difference else "differ"))
+    lines.append("passed" if record["passed"] else "FAILED: a mode that is on let a result depend on the batch")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compare invariance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="1,2,4", help="batch sizes, comma-separated (default 1,2,4)")
+    parser.add_argument("--frameworks", default="torch,jax", help="torch, jax or both (default)")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--length", type=int, default=8, help="tokens a sequence")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the record here")
+    args = parser.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+        if not batches or min(batches) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"--batches {args.batches!r}: give positive whole numbers, e.g. 1,2,4", file=sys.stderr)
+        return 2
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    if not frameworks or set(frameworks) - {"torch", "jax"}:
+        print(f"--frameworks {args.frameworks!r}: valid: torch, jax", file=sys.stderr)
+        return 2
+    if args.layers < 1 or args.length < 1:
+        print("--layers and --length must be at least 1", file=sys.stderr)
+        return 2
+    record = run(Decoder(layers=args.layers, length=args.length), batches, frameworks, args.seed,
+                 progress=lambda message: print(message, file=sys.stderr, flush=True))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=1, default=str))
+    print(table(record))
+    return 0 if record["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
