@@ -22,6 +22,16 @@ def float64_product(a, b):
     return (a.double()[:, :, None] * b.double()[None, :, :]).sum(dim=1)
 
 
+def split_k_below_8_rows(data):
+    """A planted batch-variant port: below 8 rows it sums K in two halves, each rounded to 16 bits (as cuBLAS splits K
+    at small M)."""
+    a, b, _ = data
+    if a.shape[0] >= 8:
+        return float64_product(a, b).to(a.dtype)
+    half = a.shape[1] // 2
+    return float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype)
+
+
 def assert_close_to_float64(output, expected):
     scale = expected.abs() + expected.square().mean().sqrt()
     assert bool(((output.double() - expected).abs() <= TOLERANCE * scale).all())
@@ -99,13 +109,6 @@ def test_the_port_is_the_fastest_registered_one_this_machine_runs():
 def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
     # the invariance check is not vacuous: a planted port that splits K for small batches (as cuBLAS does), each half
     # rounded to 16 bits, gives rows that differ from the whole batch's
-    def split_k_below_8_rows(data):
-        a, b, _ = data
-        if a.shape[0] >= 8:
-            return float64_product(a, b).to(a.dtype)
-        half = a.shape[1] // 2
-        return (float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype))
-
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
     x, w = half(12, 48, seed=1), half(48, 40, seed=2)
     assert not torch.equal(x[:2] @ w, (x @ w)[:2])
@@ -198,13 +201,6 @@ def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     # a planted torch port that splits K below 8 rows: a sequence of 4 tokens alone (M = 4) and in a batch of two
     # (M = 8) sum in different orders, and the proof fails
     from compare.invariance import Decoder, run
-
-    def split_k_below_8_rows(data):
-        a, b, _ = data
-        if a.shape[0] >= 8:
-            return float64_product(a, b).to(a.dtype)
-        half = a.shape[1] // 2
-        return (float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype))
 
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
