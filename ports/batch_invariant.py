@@ -15,22 +15,29 @@ bits as each other, so the choice never changes a result.
 What the mode does not cover, it refuses: a product in another dtype than bfloat16 or float16 (or of two dtypes)
 raises `NotCovered` naming the op, and so does one on a CPU tensor on a machine with a GPU, or in bfloat16 on a CPU
 (Triton's interpreter misreads bfloat16 and returns garbage; float16 runs); it never falls back to a
-library kernel, which would be batch-variant without saying so. Not covered yet (torch's own kernels run): the
-reductions a decoder uses (`NOT_COVERED`). `bmm` runs the port once per matrix of the batch. Leaving the mode
-restores torch's kernels exactly (the overrides are one torch.library registration, destroyed on exit).
+library kernel, which would be batch-variant without saying so. `bmm` runs the port once per matrix of the batch.
+
+The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
+alone (triton_kernels.row_reductions): `softmax` and `log_softmax` (and so cross-entropy) with their backward
+passes, and `mean` (RMSNorm's), over the last dimension, in float32, bfloat16 or float16 (a mean over every
+dimension, a loss's, reduces the whole tensor as one row); over another dimension they are refused. Not covered
+yet (torch's own kernels run): `NOT_COVERED`. Leaving the mode restores torch's kernels exactly (the overrides are
+one torch.library registration, destroyed on exit).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from typing import Callable
 
 import torch
 
-COVERED = ("aten::mm", "aten::addmm", "aten::bmm")  # torch.matmul, @ and F.linear decompose into these
-NOT_COVERED = ("softmax", "log_softmax", "layer_norm", "rms_norm", "mean", "sum",
-               "scaled_dot_product_attention")  # reductions: torch's kernels run inside the mode
+COVERED = ("aten::mm", "aten::addmm", "aten::bmm",  # torch.matmul, @ and F.linear decompose into these
+           "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
+           "aten::_log_softmax_backward_data", "aten::mean.dim")  # over the last dimension only
+NOT_COVERED = ("layer_norm", "sum", "scaled_dot_product_attention")  # torch's kernels run inside the mode
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -46,15 +53,19 @@ _depth = 0
 _ports: dict[str, tuple[str, Callable]] = {}  # device type -> (port name, its matmul): metadata, chosen once
 
 
+def _interpreter_ready(device: torch.device) -> None:
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("batch-invariant mode on a CPU runs the Triton kernels through Triton's interpreter: set "
+                           "TRITON_INTERPRET=1 before triton is imported")
+
+
 def port_for(device: torch.device) -> tuple[str, Callable]:
     """(name, matmul function) of the port the mode runs for tensors on `device`: the first of PORT_ORDER this
     machine runs. RuntimeError where none runs (on a CPU: without the Triton interpreter)."""
     if device.type not in _ports:
         from ports import matmul as spec
 
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError("batch-invariant mode on a CPU runs the Triton matmul port through Triton's "
-                               "interpreter: set TRITON_INTERPRET=1 before triton is imported")
+        _interpreter_ready(device)
         usable = [name for name in PORT_ORDER
                   if device.type == "cuda" or not spec.WORKLOAD.implementation(name).needs.gpu]
         name = next((name for name in usable if spec.WORKLOAD.implementation(name).needs.missing() is None), None)
@@ -64,13 +75,14 @@ def port_for(device: torch.device) -> tuple[str, Callable]:
     return _ports[device.type]
 
 
-def _check(op: str, *tensors: torch.Tensor) -> None:
-    """NotCovered for what the ports do not take: another dtype than bfloat16 or float16, mixed dtypes, or CPU
-    tensors where the mode runs on a GPU."""
+def _check(op: str, *tensors: torch.Tensor, dtypes_taken=DTYPES) -> None:
+    """NotCovered for what the kernels do not take: another dtype than bfloat16 or float16 (`dtypes_taken`), mixed
+    dtypes, CPU tensors where the mode runs on a GPU, bfloat16 on a CPU."""
     dtypes = {tensor.dtype for tensor in tensors}
-    if len(dtypes) != 1 or not dtypes <= set(DTYPES):
+    if len(dtypes) != 1 or not dtypes <= set(dtypes_taken):
         raise NotCovered(f"batch-invariant mode: aten::{op} on {', '.join(sorted(map(str, dtypes)))} is not covered "
-                        "(the matmul ports take bfloat16 or float16, both operands alike); cast, or leave the mode")
+                         f"(the kernels take {', '.join(map(str, dtypes_taken))}, operands alike); cast, or leave the "
+                         "mode")
     if tensors[0].device.type == "cpu" and torch.cuda.is_available():
         raise NotCovered(f"batch-invariant mode: aten::{op} on CPU tensors is not covered on a machine with a GPU")
     if tensors[0].device.type == "cpu" and torch.bfloat16 in dtypes:
@@ -110,6 +122,52 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.stack([_product(a[i], b[i], "same") for i in range(a.shape[0])])
 
 
+REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _last_dimension(op: str, x: torch.Tensor, dims) -> None:
+    """NotCovered unless `dims` (an int or a list of one) is x's last dimension: the rows the kernels reduce."""
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(dims) != 1 or dims[0] % max(x.dim(), 1) != max(x.dim(), 1) - 1:
+        raise NotCovered(f"batch-invariant mode: aten::{op} over dimension(s) {dims} of a {x.dim()}-D tensor is not "
+                         "covered (the row kernels reduce the last dimension only)")
+
+
+def _row_reductions(device: torch.device):
+    _interpreter_ready(device)
+    from triton_kernels import row_reductions
+
+    return row_reductions
+
+
+def _softmax(x: torch.Tensor, dim: int, half_to_float: bool, log: bool = False) -> torch.Tensor:
+    op = "_log_softmax" if log else "_softmax"
+    _check(op, x, dtypes_taken=REDUCTION_DTYPES)
+    _last_dimension(op, x, dim)
+    return _row_reductions(x.device).softmax(x, log, torch.float32 if half_to_float else x.dtype)
+
+
+def _softmax_backward(g: torch.Tensor, y: torch.Tensor, dim: int, input_dtype: torch.dtype,
+                      log: bool = False) -> torch.Tensor:
+    op = "_log_softmax_backward_data" if log else "_softmax_backward_data"
+    _check(op, g, y, dtypes_taken=REDUCTION_DTYPES)
+    _last_dimension(op, g, dim)
+    return _row_reductions(g.device).softmax_backward(g, y, log, input_dtype)
+
+
+def _mean(x: torch.Tensor, dim, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
+    """The mean over the last dimension on the row kernel; over every dimension (a loss's `.mean()`), the whole
+    tensor as one row, in an order that depends on its size alone."""
+    _check("mean.dim", x, dtypes_taken=REDUCTION_DTYPES)
+    reductions = _row_reductions(x.device)
+    if dim is None or sorted(d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)) in (
+            [], list(range(x.dim()))):
+        whole = reductions.mean(x.reshape(1, -1), False, dtype or x.dtype)
+        return whole.reshape([1] * x.dim() if keepdim else [])
+    _last_dimension("mean.dim", x, dim)
+    return reductions.mean(x, keepdim, dtype or x.dtype)
+
+
 def active() -> bool:
     return _library is not None
 
@@ -127,6 +185,11 @@ def enable() -> None:
             library.impl("aten::mm", _mm, key)
             library.impl("aten::addmm", _addmm, key)
             library.impl("aten::bmm", _bmm, key)
+            library.impl("aten::_softmax", _softmax, key)
+            library.impl("aten::_log_softmax", functools.partial(_softmax, log=True), key)
+            library.impl("aten::_softmax_backward_data", _softmax_backward, key)
+            library.impl("aten::_log_softmax_backward_data", functools.partial(_softmax_backward, log=True), key)
+            library.impl("aten::mean.dim", _mean, key)
     _library = library
 
 

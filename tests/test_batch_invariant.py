@@ -33,7 +33,7 @@ def split_k_below_8_rows(data):
 
 
 def assert_close_to_float64(output, expected):
-    scale = expected.abs() + expected.square().mean().sqrt()
+    scale = expected.abs() + (expected.square().sum() / expected.numel()).sqrt()  # sum: the mode takes no float64 mean
     assert bool(((output.double() - expected).abs() <= TOLERANCE * scale).all())
 
 
@@ -112,6 +112,42 @@ def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
     x, w = half(12, 48, seed=1), half(48, 40, seed=2)
     assert not torch.equal(x[:2] @ w, (x @ w)[:2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, DTYPE], ids=str)
+def test_row_reductions_are_invariant_and_right_forward_and_backward(mode, dtype):
+    # softmax, log_softmax (cross-entropy's) and mean over the last dimension on the row kernels: a row's bits the same
+    # in any batch, forward and backward, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
+    x = (3 * torch.randn(6, 3000, generator=torch.Generator().manual_seed(51))).to(DEVICE, dtype)
+    reductions = {"softmax": lambda rows: torch.softmax(rows, -1),
+                  "log_softmax": lambda rows: torch.log_softmax(rows, -1),
+                  "mean": lambda rows: rows.square().mean(-1, keepdim=True)}
+    for name, reduce in reductions.items():
+        whole = x.clone().requires_grad_()
+        reduce(whole).float().square().sum().backward()
+        for m in (1, 4):
+            part = x[:m].clone().requires_grad_()
+            out = reduce(part)
+            out.float().square().sum().backward()
+            assert torch.equal(out, reduce(x)[:m]) and torch.equal(part.grad, whole.grad[:m]), (name, m)
+        x64 = x.double()  # references by sums (aten::sum and amax, which the mode leaves to torch), not the mode's ops
+        shifted = x64 - x64.amax(-1, keepdim=True)
+        expected = {"softmax": shifted.exp() / shifted.exp().sum(-1, keepdim=True),
+                    "log_softmax": shifted - shifted.exp().sum(-1, keepdim=True).log(),
+                    "mean": x64.square().sum(-1, keepdim=True) / x.shape[-1]}[name]
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+        atol = tolerance * float(expected.abs().max())
+        assert torch.allclose(reduce(x).double(), expected, rtol=tolerance, atol=atol)
+
+
+def test_reductions_over_another_dimension_are_refused(mode):
+    with pytest.raises(bi.NotCovered, match="over dimension"):
+        torch.softmax(torch.randn(3, 4, device=DEVICE), dim=0)
+    with pytest.raises(bi.NotCovered, match="over dimension"):
+        torch.randn(3, 4, device=DEVICE).mean(dim=0)
+    x = torch.randn(3, 4, device=DEVICE)  # a mean over everything (a loss's): the whole tensor as one row
+    assert x.mean().shape == () and torch.allclose(x.mean(), x.sum() / 12)
+    assert x.mean((0, 1), keepdim=True).shape == (1, 1)
 
 
 # --- JAX: ports.batch_invariant_jax.batch_invariant(f) -------------------------------------------------------------
