@@ -1,6 +1,6 @@
 """The batch-invariant modes on a small transformer decoder, in torch and in JAX: the proof of issue 54.
 
-    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--json FILE]
+    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--cost 1,8,64,256] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. For each framework, with
@@ -12,7 +12,9 @@ its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and 
   definition and not compared).
 
 Then, with both modes on, the torch and JAX logits of the whole batch, bit for bit; where they differ, the first
-intermediate (in the order the decoder computes them) that differs for the first sequence names the op.
+intermediate (in the order the decoder computes them) that differs for the first sequence names the op. With
+`--cost 1,8,64,256` it also times a forward pass and a training step (every weight's gradient) at those batch sizes,
+the mode off and on: the median host time of `--repeats` calls, each waited for.
 
 The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
 softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
@@ -166,6 +168,18 @@ class TorchRunner:
             loss.backward()
         return inputs.grad.float().cpu().numpy()
 
+    def train_step(self, tokens: np.ndarray, invariant: bool) -> float:
+        """One training step's forward and backward pass (every weight's gradient), waited for: the loss."""
+        torch = self.torch
+        weights = {name: value.detach().requires_grad_() for name, value in self.weights.items()}
+        tokens = torch.from_numpy(tokens).to(self.device)
+        with self._mode(invariant):
+            logits = decoder_torch(self.model, weights, weights["embed"][tokens[:, :-1]]).float()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, self.model.vocab), tokens[:, 1:].reshape(-1),
+                                                     reduction="sum")
+            loss.backward()
+        return float(loss.detach())
+
     def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
         trace = {}
         inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
@@ -200,8 +214,12 @@ class JaxRunner:
         def input_gradients(weights, tokens):
             return jax.grad(loss)(weights["embed"][tokens[:, :-1]], weights, tokens).astype(jnp.float32)
 
+        def train_step(weights, tokens):
+            return jax.value_and_grad(lambda weights: loss(weights["embed"][tokens[:, :-1]], weights, tokens))(weights)
+
         self._logits = {False: jax.jit(forward), True: jax.jit(batch_invariant(forward))}
         self._gradients = {False: jax.jit(input_gradients), True: jax.jit(batch_invariant(input_gradients))}
+        self._train_step = {False: jax.jit(train_step), True: jax.jit(batch_invariant(train_step))}
         self._batch_invariant = batch_invariant
 
     def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
@@ -209,6 +227,11 @@ class JaxRunner:
 
     def input_gradients(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
         return np.asarray(self._gradients[invariant](self.weights, self.jnp.asarray(tokens)))
+
+    def train_step(self, tokens: np.ndarray, invariant: bool) -> float:
+        loss, gradients = self._train_step[invariant](self.weights, self.jnp.asarray(tokens))
+        self.jax.block_until_ready(gradients)
+        return float(loss)
 
     def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
         def traced(weights, tokens):
@@ -237,6 +260,29 @@ def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant:
     return entries
 
 
+def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
+    """Per batch size, the median host time of a forward pass (to the logits on the host) and of a training step
+    (every weight's gradient), the mode off and on, after one untimed call of each."""
+    import statistics
+    import time
+
+    def median_ms(call):
+        call()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    entries = {}
+    for batch in batches:
+        rows = tokens[np.arange(batch) % len(tokens)]
+        entries[batch] = {f"{what}_ms": {mode: median_ms(lambda: step(rows, mode == "on")) for mode in ("off", "on")}
+                          for what, step in (("forward", runner.logits), ("step", runner.train_step))}
+    return entries
+
+
 def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
     """The first intermediate, in the decoder's order, whose torch and JAX values differ: its name and the largest
     difference; None when every one is equal."""
@@ -248,7 +294,8 @@ def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
     return None
 
 
-def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print) -> dict:
+def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print,
+        cost_batches: list[int] | None = None, repeats: int = 5) -> dict:
     from compare import gpu_or_interpreters
     from compare.records import device_info, versions
 
@@ -269,6 +316,11 @@ def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0
         equal = np.array_equal(built["torch"].logits(tokens, True), built["jax"].logits(tokens, True))
         record["cross"] = {"logits_equal": equal, "first_difference": None if equal else first_difference(
             built["torch"].trace(tokens[:1]), built["jax"].trace(tokens[:1]))}
+    if cost_batches:
+        record["cost"] = {}
+        for name, runner in built.items():
+            progress(f"{name}: timing the forward pass and a training step, the mode off and on ...")
+            record["cost"][name] = costs(runner, model.tokens(max(cost_batches), seed), cost_batches, repeats)
     record["passed"] = all(entry["logits"] and entry["gradient"] for runs in record["frameworks"].values()
                            for entry in runs["on"].values())
     return record
@@ -289,6 +341,14 @@ def table(record: dict) -> str:
                      f"differ; first at {difference['op']} ({difference['elements_differing']} of "
                      f"{difference['elements']} elements, up to {difference['max_abs_diff']:.3g})"
                      if difference else "differ"))
+    if record.get("cost"):
+        note = "" if record["mode"] == "gpu" else " (CPU interpreters: NOT GPU timings)"
+        lines.append(f"cost, median host ms, mode off -> on{note}:")
+        for name, entries in record["cost"].items():
+            for batch, entry in entries.items():
+                lines.append(f"  {name:6} B={batch:<5} " + "  ".join(
+                    f"{what[:-3]} {times['off']:.3g} -> {times['on']:.3g} ({times['on'] / times['off']:.2f}x)"
+                    for what, times in entry.items()))
     lines.append("passed" if record["passed"] else "FAILED: a mode that is on let a result depend on the batch")
     return "\n".join(lines)
 
@@ -301,14 +361,20 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--length", type=int, default=8, help="tokens a sequence")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cost", metavar="BATCHES",
+                        help="also time a forward pass and a training step, the mode off and on, at these batch sizes "
+                             "(e.g. 1,8,64,256)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls a figure is the median of (default 5)")
     parser.add_argument("--json", type=Path, help="write the record here")
     args = parser.parse_args(argv)
     try:
         batches = [int(b) for b in args.batches.split(",")]
-        if not batches or min(batches) < 1:
+        cost_batches = [int(b) for b in args.cost.split(",")] if args.cost else []
+        if not batches or min(batches + cost_batches) < 1 or args.repeats < 1:
             raise ValueError
     except ValueError:
-        print(f"--batches {args.batches!r}: give positive whole numbers, e.g. 1,2,4", file=sys.stderr)
+        print(f"--batches {args.batches!r}, --cost {args.cost!r}, --repeats {args.repeats}: give positive whole "
+              "numbers, e.g. 1,2,4", file=sys.stderr)
         return 2
     frameworks = [f for f in args.frameworks.split(",") if f]
     if not frameworks or set(frameworks) - {"torch", "jax"}:
@@ -318,7 +384,8 @@ def main(argv=None) -> int:
         print("--layers and --length must be at least 1", file=sys.stderr)
         return 2
     record = run(Decoder(layers=args.layers, length=args.length), batches, frameworks, args.seed,
-                 progress=lambda message: print(message, file=sys.stderr, flush=True))
+                 progress=lambda message: print(message, file=sys.stderr, flush=True), cost_batches=cost_batches,
+                 repeats=args.repeats)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1, default=str))

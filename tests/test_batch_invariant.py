@@ -225,12 +225,23 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
     from compare.__main__ import main
 
     path = tmp_path / "invariance.json"
-    assert main(["invariance", "--batches", "1,2", "--layers", "1", "--length", "4", "--json", str(path)]) == 0
+    assert main(["invariance", "--batches", "1,2", "--layers", "1", "--length", "4", "--cost", "2", "--repeats", "1",
+                 "--json", str(path)]) == 0
     record = json.loads(path.read_text())
     assert record["passed"] and set(record["frameworks"]) == {"torch", "jax"}
+    assert all(times[mode] > 0 for framework in record["cost"].values() for times in framework["2"].values()
+               for mode in ("off", "on"))
     assert all(entry["logits"] and entry["gradient"] for framework in record["frameworks"].values()
                for entry in framework["on"].values())
     assert "logits_equal" in record["cross"]
+
+
+@pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],
+                                       ["--layers", "0"]])
+def test_the_decoder_proof_refuses_bad_arguments_with_code_2(arguments, capsys):
+    from compare.__main__ import main
+
+    assert main(["invariance", *arguments]) == 2 and capsys.readouterr().err
 
 
 def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
