@@ -94,7 +94,7 @@ def pieces(on_gpu: bool):
     import jax.numpy as jnp
     import torch
 
-    from compare.timing import L2_FLUSH_BYTES, wait_for
+    from compare.timing import L2_FLUSH_BYTES, median_after_warm_up, wait_for
     from ports import to_framework, to_torch
 
     device = "cuda" if on_gpu else "cpu"
@@ -119,13 +119,7 @@ def pieces(on_gpu: bool):
 
     def alone(call):
         def measure(calls):
-            call()
-            samples = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                call()
-                samples.append(time.perf_counter() - start)
-            return _median_us(samples)
+            return median_after_warm_up(call, calls) * 1e6
         return measure
 
     add_one = jax.jit(lambda v: v + 1)

@@ -263,17 +263,10 @@ def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant:
 def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
     """Per batch size, the median host time of a forward pass (to the logits on the host) and of a training step
     (every weight's gradient), the mode off and on, after one untimed call of each."""
-    import statistics
-    import time
+    from compare.timing import median_after_warm_up
 
     def median_ms(call):
-        call()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
+        return median_after_warm_up(call, repeats) * 1e3
 
     entries = {}
     for batch in batches:

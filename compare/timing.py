@@ -8,6 +8,21 @@ from collections import defaultdict
 
 from ports import to_framework, to_torch
 
+
+def median_after_warm_up(call, calls: int) -> float:
+    """Seconds: one untimed call of `call` (which waits for its own work), then the median host time of `calls`
+    calls."""
+    import statistics
+
+    call()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 def wait_for(output, on_gpu: bool = True) -> None:
     """Return once a call's work is done: each JAX array of its output (a JAX call returns before its kernels
     have run, and they run on JAX's own stream), then, on a GPU, all device work."""
