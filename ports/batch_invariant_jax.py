@@ -10,15 +10,20 @@ dimensions flattened, so a row has the same bits alone or in any batch. The port
 this machine runs (Mosaic GPU on Hopper, Pallas-Triton on other GPUs; on a CPU through their interpreters); on the
 GPU the ports give the same bits as each other and as the torch mode's (`ports.batch_invariant`).
 
+Each `reduce_sum` over the last axis alone (softmax's, log-softmax's, a mean's: a row's own sum) runs on a row
+kernel whose order depends on the row's length alone (`pallas_kernels.row_reductions`, the Triton row kernels'
+order); a sum over other axes (across rows: a loss over the batch, a weight's gradient) is a function of the batch
+by definition and is left to XLA, and so is every maximum (exact in any order).
+
 It composes with `jax.jit` and `jax.grad` either way round: a product's gradient runs on the port too (a custom VJP:
-the gradient of the lhs, g b^T, keeps the rows' invariance; the rhs's, a^T g, sums over the batch). Inner `jit`s
-are entered; a custom-derivative function whose body holds a product is entered too (its custom rule then gives way
-to the products' own), one without products is left whole.
+the gradient of the lhs, g b^T, keeps the rows' invariance; the rhs's, a^T g, sums over the batch), and a row sum's
+is a broadcast. Inner `jit`s are entered; a custom-derivative function whose body holds a product or a sum is
+entered too (its custom rule then gives way to the body's own), one without either is left whole.
 
 What it does not cover it refuses with `ports.batch_invariant.NotCovered`, never falling back to XLA's dot: a
 product in another dtype than bfloat16 or float16 (or of two dtypes, or with a preferred type other than its own
-or float32), and a product inside a control-flow primitive (`scan`, `while`, `cond`), whose body this evaluator does
-not enter. The gradient of a product with a float32 result rounds its cotangent to the operands' dtype.
+or float32), and a product or sum inside a control-flow primitive (`scan`, `while`, `cond`), whose body this
+evaluator does not enter. The gradient of a product with a float32 result rounds its cotangent to the operands' dtype.
 """
 from __future__ import annotations
 
@@ -68,6 +73,32 @@ def _product_backward(out, residuals, g):
 
 _product.defvjp(_product_forward, _product_backward)
 
+REDUCTION_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+@jax.custom_vjp
+def _row_sum(x):
+    """x summed over its last axis on the row kernel (pallas_kernels.row_reductions)."""
+    from pallas_kernels.row_reductions import row_sum
+
+    return row_sum(x)
+
+
+def _row_sum_forward(x):
+    return _row_sum(x), x.shape
+
+
+def _row_sum_backward(shape, g):
+    return (jnp.broadcast_to(g[..., None], shape),)
+
+
+_row_sum.defvjp(_row_sum_forward, _row_sum_backward)
+
+
+def _per_row(params: dict, x) -> bool:
+    """Whether a reduce_sum sums each row on its own: over the last axis alone, of a float type the kernel takes."""
+    return tuple(params["axes"]) == (x.ndim - 1,) and x.ndim >= 1 and x.dtype in REDUCTION_DTYPES
+
 
 def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
     """`lax.dot_general` on the port: batch dimensions one matrix at a time, the lhs's free dimensions as rows."""
@@ -107,7 +138,8 @@ def _jaxprs_in(params: dict):
 
 
 def _holds_a_product(jaxpr) -> bool:
-    return any(eqn.primitive.name == "dot_general"
+    """Whether a jaxpr holds, at any depth, what the transformation replaces: a dot_general or a reduce_sum."""
+    return any(eqn.primitive.name in ("dot_general", "reduce_sum")
                or any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
@@ -127,12 +159,14 @@ def _evaluate(jaxpr, consts, *args):
         name = eqn.primitive.name
         if name == "dot_general":
             outputs = [_dot_general(*values, **eqn.params)]
+        elif name == "reduce_sum" and _per_row(eqn.params, values[0]):
+            outputs = [_row_sum(values[0])]
         elif (name in CALLS or name in CUSTOM) and _holds_a_product(next(_jaxprs_in(eqn.params))[0]):
             inner, inner_consts = next(_jaxprs_in(eqn.params))
             outputs = _evaluate(inner, inner_consts, *values)
         elif any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)):
-            raise NotCovered(f"batch_invariant: a dot_general inside {name} is not covered (this evaluator does not "
-                             "enter control flow); move the product out of it, or leave f untransformed")
+            raise NotCovered(f"batch_invariant: a dot_general or reduce_sum inside {name} is not covered (this "
+                             "evaluator does not enter control flow); move it out, or leave f untransformed")
         else:
             outputs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))  # as eval_jaxpr
             outputs = outputs if eqn.primitive.multiple_results else [outputs]
@@ -141,13 +175,34 @@ def _evaluate(jaxpr, consts, *args):
     return [read(var) for var in jaxpr.outvars]
 
 
+def _run(f, args):
+    """f(*args) with its jaxpr evaluated by `_evaluate`."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(*args)
+    outputs = _evaluate(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), outputs)
+
+
 def batch_invariant(f):
-    """f with every matrix product on the batch-invariant matmul ports (see the module's docstring)."""
+    """f with every matrix product on the batch-invariant matmul ports and every row sum on the row kernel (see the
+    module's docstring). Its gradient is the gradient of f with the same replacements: the backward pass, whose
+    sums over a row come from the transposes of broadcasts, is evaluated like the forward pass (a custom VJP), so
+    `jax.grad(batch_invariant(f))` is as invariant as `batch_invariant(jax.grad(f))`."""
 
     @functools.wraps(f)
     def transformed(*args, **kwargs):
-        closed, shapes = jax.make_jaxpr(functools.partial(f, **kwargs), return_shape=True)(*args)
-        outputs = _evaluate(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), outputs)
+        function = functools.partial(f, **kwargs)
+
+        @jax.custom_vjp
+        def evaluated(*args):
+            return _run(function, args)
+
+        def forward(*args):
+            return _run(function, args), args
+
+        def backward(args, cotangent):
+            return _run(lambda *inputs: jax.vjp(function, *inputs[:-1])[1](inputs[-1]), (*args, cotangent))
+
+        evaluated.defvjp(forward, backward)
+        return evaluated(*args)
 
     return transformed

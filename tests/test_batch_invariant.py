@@ -186,6 +186,35 @@ def test_jax_rows_have_the_same_bits_in_any_batch_under_jit_and_grad():
         assert bool((gradient(x[:3]) == gradient(x)[:3]).all())
 
 
+def test_jax_row_sums_run_on_the_row_kernel_forward_and_backward():
+    # softmax, log-softmax and a mean reach XLA as reduce_sum over the last axis: on the row kernel, a row's bits the
+    # same in any batch, its gradient too, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    from ports.batch_invariant_jax import batch_invariant
+
+    x = jax.numpy.asarray(3 * np.random.default_rng(61).standard_normal((6, 3000)), jax.numpy.float32)
+    reductions = {"softmax": lambda rows: jax.nn.softmax(rows, axis=-1),
+                  "log_softmax": lambda rows: jax.nn.log_softmax(rows, axis=-1),
+                  "mean": lambda rows: jax.numpy.mean(jax.numpy.square(rows), axis=-1)}
+    x64 = np.asarray(x, np.float64)
+    shifted = x64 - x64.max(-1, keepdims=True)
+    expected = {"softmax": np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True),
+                "log_softmax": shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)),
+                "mean": np.square(x64).mean(-1)}
+    for name, reduce in reductions.items():
+        transformed = batch_invariant(reduce)
+        gradient = jax.grad(lambda rows: jax.numpy.sum(jax.numpy.square(transformed(rows))))
+        whole, whole_gradient = transformed(x), gradient(x)
+        for m in (1, 4):
+            assert bool((transformed(x[:m]) == whole[:m]).all()) and bool((gradient(x[:m]) == whole_gradient[:m]).all())
+        assert np.allclose(np.asarray(whole, np.float64), expected[name], rtol=1e-5,
+                           atol=1e-5 * np.abs(expected[name]).max()), name
+    jaxpr = str(jax.make_jaxpr(batch_invariant(reductions["mean"]))(x))
+    assert "batch_invariant_row_sum" in jaxpr  # the sum is the row kernel's
+
+
 def test_jax_refuses_what_it_does_not_cover():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
@@ -252,3 +281,16 @@ def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
     assert not record["passed"] and not record["frameworks"]["torch"]["on"][2]["logits"]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernel")
+def test_the_pallas_row_kernel_lowers_for_cuda():
+    # interpret mode skips the lowering to Triton IR: lower it for CUDA here (no GPU needed), a row longer than a chunk
+    jax = pytest.importorskip("jax")
+    import functools
+
+    from pallas_kernels.row_reductions import _row_sum
+
+    rows = jax.ShapeDtypeStruct((6, 3000), jax.numpy.bfloat16)
+    lowered = jax.jit(functools.partial(_row_sum, interpret=False)).trace(rows).lower(lowering_platforms=("cuda",))
+    assert "triton" in lowered.as_text()

@@ -1,0 +1,52 @@
+"""The sum over the last dimension whose bits never depend on the number of rows, for the batch-invariant JAX
+transformation (ports.batch_invariant_jax): the Triton row kernels' order (triton_kernels/row_reductions.py), in
+Pallas.
+
+One program sums one row, in CHUNK-element chunks taken in order into a float32 vector, which is then reduced as one
+tree: the order of every addition depends on the row's length alone. Softmax, log-softmax and means reach XLA as
+`reduce_sum` over the last axis, so this one kernel covers them; the maximum that softmax takes is exact in any
+order and is left to XLA.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+CHUNK = 1024  # elements of a row a step, as the Triton kernels' CHUNK
+
+
+def _row_sum_kernel(x_ref, y_ref, *, cols, chunk):
+    row = pl.program_id(0)
+    offsets = jnp.arange(chunk)
+
+    def step(i, total):
+        start = i * chunk
+        values = pltriton.load(x_ref.at[row, pl.ds(start, chunk)], mask=start + offsets < cols, other=0.0)
+        return total + values.astype(jnp.float32)
+
+    total = jax.lax.fori_loop(0, pl.cdiv(cols, chunk), step, jnp.zeros((chunk,), jnp.float32))
+    pltriton.store(y_ref.at[pl.ds(row, 1)], jnp.sum(total)[None].astype(y_ref.dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("interpret",))
+def _row_sum(x, *, interpret):
+    rows, cols = x.shape
+    chunk = min(CHUNK, pl.next_power_of_2(cols))
+    return pl.pallas_call(
+        functools.partial(_row_sum_kernel, cols=cols, chunk=chunk),
+        out_shape=jax.ShapeDtypeStruct((rows,), x.dtype), grid=(rows,),
+        compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="batch_invariant_row_sum",
+    )(x)
+
+
+def row_sum(x):
+    """x summed over its last dimension, in x's dtype (float32 arithmetic): a Pallas kernel on a GPU, interpret mode
+    elsewhere."""
+    rows = x.size // x.shape[-1] if x.shape[-1] else 0
+    if rows == 0 or x.shape[-1] == 0:
+        return jnp.zeros(x.shape[:-1], x.dtype)
+    return _row_sum(x.reshape(rows, x.shape[-1]), interpret=jax.default_backend() != "gpu").reshape(x.shape[:-1])
