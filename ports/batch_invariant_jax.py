@@ -137,10 +137,10 @@ def _jaxprs_in(params: dict):
                 yield item, ()
 
 
-def _holds_a_product(jaxpr) -> bool:
+def _holds_what_is_replaced(jaxpr) -> bool:
     """Whether a jaxpr holds, at any depth, what the transformation replaces: a dot_general or a reduce_sum."""
     return any(eqn.primitive.name in ("dot_general", "reduce_sum")
-               or any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
+               or any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
 def _evaluate(jaxpr, consts, *args):
@@ -161,10 +161,9 @@ def _evaluate(jaxpr, consts, *args):
             outputs = [_dot_general(*values, **eqn.params)]
         elif name == "reduce_sum" and _per_row(eqn.params, values[0]):
             outputs = [_row_sum(values[0])]
-        elif (name in CALLS or name in CUSTOM) and _holds_a_product(next(_jaxprs_in(eqn.params))[0]):
-            inner, inner_consts = next(_jaxprs_in(eqn.params))
-            outputs = _evaluate(inner, inner_consts, *values)
-        elif any(_holds_a_product(inner) for inner, _ in _jaxprs_in(eqn.params)):
+        elif (name in CALLS or name in CUSTOM) and _holds_what_is_replaced(next(_jaxprs_in(eqn.params))[0]):
+            outputs = _evaluate(*next(_jaxprs_in(eqn.params)), *values)  # the call's own (jaxpr, consts) first
+        elif any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)):
             raise NotCovered(f"batch_invariant: a dot_general or reduce_sum inside {name} is not covered (this "
                              "evaluator does not enter control flow); move it out, or leave f untransformed")
         else:
