@@ -24,6 +24,9 @@ Differences the language forces, against the Triton port:
   least 8), and K and N to a multiple of the swizzle width, with zero rows and columns that add exactly nothing.
   At the benchmarked shapes nothing is padded.
 - wgmma reads A and B with one swizzle, set here by B's tile width (128 bytes for every tiling chosen).
+
+A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
+second grid axis, one matrix a CTA column, as in the Triton port; `matmul` is the batch of one.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, interpret_params, swizzle,
                                        swizzled_layout)
 from ports.jax_padding import cut_to, zero_padded
-from ports.matmul import validate
+from ports.matmul import validate, validate_batch
 from ports.matmul_common import PROGRAMS_WANTED, SMALL_M
 
 EPILOGUE_TILE = 64  # the warp-specialised kernel's output pieces: 64 x 64
@@ -162,21 +165,29 @@ def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transpose
     plgpu.wait_smem_to_gmem(0)
 
 
+def _matrix_tiles(a_gmem, b_gmem, c_gmem, tiles: MosaicTiling):
+    """This CTA's A rows, B columns and C tile, in its matrix of the batch where there is one."""
+    rows, cols = _tile_slices(a_gmem.shape[-2], b_gmem.shape[-1], tiles)
+    if a_gmem.ndim == 2:  # one product: the TMA copies see 2-D arrays, as before there were batches
+        return a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols]
+    matrix = lax.axis_index("matrix")
+    return a_gmem.at[matrix, rows, :], b_gmem.at[matrix, :, cols], c_gmem.at[matrix, rows, cols]
+
+
 def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
-    rows, cols = _tile_slices(a_gmem.shape[0], b_gmem.shape[1], tiles)
-    one_warpgroup_tile(a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols], c_smem, tiles=tiles)
+    one_warpgroup_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles), c_smem, tiles=tiles)
 
 
 def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
-    rows, cols = _tile_slices(a_gmem.shape[0], b_gmem.shape[1], tiles)
-    warp_specialised_tile(a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols], tiles=tiles)
+    warp_specialised_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles), tiles=tiles)
 
 
 @functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret"))
 def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
-    """a [M, K] and b [K, N] already padded as the module says."""
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's "matrix" axis, padded as the module says."""
     out_dtype = jnp.float32 if out == "float32" else a.dtype
-    grid = (pl.cdiv(a.shape[0], tiles.tile_m) * pl.cdiv(b.shape[1], tiles.tile_n),)
+    batch = a.shape[:-2]
+    grid = (pl.cdiv(a.shape[-2], tiles.tile_m) * pl.cdiv(b.shape[-1], tiles.tile_n), *batch)
     if tiles.compute_warpgroups == 1:
         body = functools.partial(_one_warpgroup_kernel, tiles=tiles)
         layout = swizzled_layout(swizzle(tiles.tile_n, out_dtype), out_dtype)
@@ -185,7 +196,8 @@ def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
         body = functools.partial(_warp_specialised_kernel, tiles=tiles)
         threads = dict(num_threads=tiles.compute_warpgroups + 1, thread_name="warpgroup")
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype), grid=grid, grid_names=("tile",),
+        body, out_type=jax.ShapeDtypeStruct((*batch, a.shape[-2], b.shape[-1]), out_dtype), grid=grid,
+        grid_names=("tile", "matrix")[:len(grid)],
         # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params() if interpret else None, kernel_name="batch_invariant_matmul", **threads,
@@ -211,16 +223,26 @@ def matmul(data):
     Runs the compiled kernel on a GPU and Mosaic GPU's interpreter elsewhere.
     """
     validate(data)
-    a, b, out = data
-    (m, k), n = a.shape, b.shape[1]
+    return _product(*data)
+
+
+def batched_matmul(a, b, out: str):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N], each product's bits those of the product alone."""
+    validate_batch(a, b, out)
+    return _product(a, b, out)
+
+
+def _product(a, b, out: str):
+    """One product or a batch of them (a leading dimension), padded as the module says."""
+    (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[:-2]
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY)
     # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
     # pallas_kernels)
     if (pm, pk) != (m, k):
-        a = zero_padded(a, shape=(pm, pk))
+        a = zero_padded(a, shape=(*batch, pm, pk))
     if (pk, pn) != (k, n):
-        b = zero_padded(b, shape=(pk, pn))
+        b = zero_padded(b, shape=(*batch, pk, pn))
     c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret)
-    return c if (pm, pn) == (m, n) else cut_to(c, shape=(m, n))
+    return c if (pm, pn) == (m, n) else cut_to(c, shape=(*batch, m, n))

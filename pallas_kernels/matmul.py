@@ -7,6 +7,9 @@ every M. Ragged N and K are masked loads (zeros add exactly nothing) and masked 
 A difference the languages force: a Pallas kernel is compiled for static shapes, so every
 distinct M would compile anew. M is therefore padded with zero rows up to a multiple of tile_m
 (rows are independent, so the padding changes no bits of the real rows) and the result sliced.
+
+A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
+second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one.
 """
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.jax_padding import cut_to, zero_padded
-from ports.matmul import validate
+from ports.matmul import validate, validate_batch
 from ports.matmul_common import matmul_tiling
 
 
 def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m):
     pid = pl.program_id(0)
-    tiles_m = a_ref.shape[0] // tile_m
+    matrix = pl.program_id(1)
+    tiles_m = a_ref.shape[1] // tile_m
     tiles_n = pl.cdiv(n, tile_n)
     per_group = group_m * tiles_n
     first_m = (pid // per_group) * group_m
@@ -36,30 +40,33 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
 
     def step(i, acc):
         k0 = i * tile_k
-        a = pltriton.load(a_ref.at[pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
+        a = pltriton.load(a_ref.at[matrix, pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
                           mask=jnp.broadcast_to((k0 + ks)[None, :] < k, (tile_m, tile_k)), other=0.0)
-        b = pltriton.load(b_ref.at[pl.ds(k0, tile_k), pl.ds(col0, tile_n)],
+        b = pltriton.load(b_ref.at[matrix, pl.ds(k0, tile_k), pl.ds(col0, tile_n)],
                           mask=((k0 + ks)[:, None] < k) & (cols[None, :] < n), other=0.0)
         return acc + jnp.dot(a, b, preferred_element_type=jnp.float32)
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, tile_k), step, jnp.zeros((tile_m, tile_n), jnp.float32))
-    pltriton.store(c_ref.at[pl.ds(row0, tile_m), pl.ds(col0, tile_n)], acc.astype(c_ref.dtype),
+    pltriton.store(c_ref.at[matrix, pl.ds(row0, tile_m), pl.ds(col0, tile_n)], acc.astype(c_ref.dtype),
                    mask=jnp.broadcast_to(cols[None, :] < n, (tile_m, tile_n)))
 
 
 @functools.partial(jax.jit, static_argnames=("out", "interpret"))
 def _matmul(a, b, *, out, interpret):
-    """a has a multiple of tile_m rows (matmul pads it)."""
-    (padded_m, k), n = a.shape, b.shape[1]
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N], with M a multiple of tile_m (`_product` pads it)."""
+    one = a.ndim == 2
+    a, b = (a[None], b[None]) if one else (a, b)
+    (batch, padded_m, k), n = a.shape, b.shape[2]
     tiles = matmul_tiling(padded_m, n)
-    return pl.pallas_call(
+    c = pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
                           group_m=tiles.group_m),
-        out_shape=jax.ShapeDtypeStruct((padded_m, n), jnp.float32 if out == "float32" else a.dtype),
-        grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n),),
+        out_shape=jax.ShapeDtypeStruct((batch, padded_m, n), jnp.float32 if out == "float32" else a.dtype),
+        grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n), batch),
         compiler_params=pltriton.CompilerParams(num_warps=tiles.warps, num_stages=tiles.stages),
         interpret=interpret, name="batch_invariant_matmul",
     )(a, b)
+    return c[0] if one else c
 
 
 def matmul(data):
@@ -68,13 +75,23 @@ def matmul(data):
     Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
     """
     validate(data)
-    a, b, out = data
-    m, n = a.shape[0], b.shape[1]
+    return _product(*data)
+
+
+def batched_matmul(a, b, out: str):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N], each product's bits those of the product alone."""
+    validate_batch(a, b, out)
+    return _product(a, b, out)
+
+
+def _product(a, b, out: str):
+    """One product or a batch of them (a leading dimension), M padded to a whole tile."""
+    (m, k), n = a.shape[-2:], b.shape[-1]
     tile_m = matmul_tiling(m, n).tile_m
     padded_m = pl.cdiv(m, tile_m) * tile_m
     interpret = jax.default_backend() != "gpu"
     if padded_m == m:
         return _matmul(a, b, out=out, interpret=interpret)
     # the kernel compiles once per padded size, not once per M (see pallas_kernels)
-    c = _matmul(zero_padded(a, shape=(padded_m, a.shape[1])), b, out=out, interpret=interpret)
-    return cut_to(c, shape=(m, n))
+    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], padded_m, k)), b, out=out, interpret=interpret)
+    return cut_to(c, shape=(*a.shape[:-2], m, n))

@@ -142,8 +142,10 @@ class Implementation:
             return os.path.dirname(spec.origin)
         return spec.origin if spec else None
 
-    def load(self) -> Callable:
+    def load(self, function: str | None = None) -> Callable:
+        """The implementation's function, or another function of its module by name (a port's `batched_matmul`)."""
         module_name, function_name = self.target.rsplit(":", 1)
+        function_name = function or function_name
         if module_name.endswith(".py") or os.path.isdir(module_name):
             return getattr(_module_from_file(module_name), function_name)
         return getattr(importlib.import_module(module_name), function_name)

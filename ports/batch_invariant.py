@@ -15,7 +15,8 @@ bits as each other, so the choice never changes a result.
 What the mode does not cover, it refuses: a product in another dtype than bfloat16 or float16 (or of two dtypes)
 raises `NotCovered` naming the op, and so does one on a CPU tensor on a machine with a GPU, or in bfloat16 on a CPU
 (Triton's interpreter misreads bfloat16 and returns garbage; float16 runs); it never falls back to a
-library kernel, which would be batch-variant without saying so. `bmm` runs the port once per matrix of the batch.
+library kernel, which would be batch-variant without saying so. `bmm` runs every matrix of its batch in one launch of
+the Triton port's batched kernel (the same tiles as a product alone, on a second grid axis).
 
 The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
 alone (triton_kernels.row_reductions): `softmax` and `log_softmax` (and so cross-entropy) with their backward
@@ -40,7 +41,6 @@ COVERED = ("aten::mm", "aten::addmm", "aten::bmm",  # torch.matmul, @ and F.line
 NOT_COVERED = ("layer_norm", "sum", "scaled_dot_product_attention")  # torch's kernels run inside the mode
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
-
 
 
 class NotCovered(RuntimeError):
@@ -87,7 +87,7 @@ def _check(op: str, *tensors: torch.Tensor, dtypes_taken=DTYPES) -> None:
         raise NotCovered(f"batch-invariant mode: aten::{op} on CPU tensors is not covered on a machine with a GPU")
     if tensors[0].device.type == "cpu" and torch.bfloat16 in dtypes:
         raise NotCovered(f"batch-invariant mode: aten::{op} on bfloat16 CPU tensors is not covered: Triton's "
-                        "interpreter, which runs the port on a CPU, misreads bfloat16 (float16 runs)")
+                         "interpreter, which runs the port on a CPU, misreads bfloat16 (float16 runs)")
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
@@ -115,11 +115,22 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
     return total.to(a.dtype)
 
 
+@functools.cache
+def _batched_port() -> Callable:
+    """The Triton port's batched product, which bmm runs on every machine: Gluon's port has none, and the ports give
+    the same bits as each other."""
+    from ports import matmul as spec
+
+    return spec.WORKLOAD.implementation("triton").load("batched_matmul")
+
+
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [B, M, K] @ b [B, K, N], every product in one launch, each one's bits those of the product alone."""
     _check("bmm", a, b)
-    if a.shape[0] == 0:
-        return torch.zeros((0, a.shape[1], b.shape[2]), device=a.device, dtype=a.dtype)
-    return torch.stack([_product(a[i], b[i], "same") for i in range(a.shape[0])])
+    if min(a.shape[0], a.shape[1], a.shape[2], b.shape[2]) == 0:
+        return torch.zeros((a.shape[0], a.shape[1], b.shape[2]), device=a.device, dtype=a.dtype)
+    _interpreter_ready(a.device)
+    return _batched_port()(a, b, "same")
 
 
 REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -43,22 +43,23 @@ CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")  # ente
 
 @functools.cache
 def port() -> tuple[str, callable]:
-    """(name, matmul function) of the port the transformation runs: the first of PORT_ORDER this machine runs."""
+    """(name, batched matmul function) of the port the transformation runs: the first of PORT_ORDER this machine
+    runs."""
     from ports import matmul as spec
 
     for name in PORT_ORDER:
         impl = spec.WORKLOAD.implementation(name)
         if impl.needs.missing() is None:
-            return name, impl.load()
+            return name, impl.load("batched_matmul")
     raise RuntimeError(f"batch_invariant: none of the JAX matmul ports {PORT_ORDER} runs on this machine")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _product(a, b, out: str):
-    """a [M, K] @ b [K, N] on the port, in a's dtype (out "same") or float32."""
-    if 0 in (a.shape[0], a.shape[1], b.shape[1]):
-        return jnp.zeros((a.shape[0], b.shape[1]), a.dtype if out == "same" else jnp.float32)
-    return port()[1]((a, b, out))
+    """a [B, M, K] @ b [B, K, N] on the port in one launch, in a's dtype (out "same") or float32."""
+    if 0 in a.shape or b.shape[2] == 0:
+        return jnp.zeros((a.shape[0], a.shape[1], b.shape[2]), a.dtype if out == "same" else jnp.float32)
+    return port()[1](a, b, out)
 
 
 def _product_forward(a, b, out):
@@ -68,7 +69,7 @@ def _product_forward(a, b, out):
 def _product_backward(out, residuals, g):
     a, b = residuals
     g = g.astype(a.dtype)
-    return _product(g, b.T, "same"), _product(a.T, g, "same")
+    return _product(g, b.transpose(0, 2, 1), "same"), _product(a.transpose(0, 2, 1), g, "same")
 
 
 _product.defvjp(_product_forward, _product_backward)
@@ -101,7 +102,8 @@ def _per_row(params: dict, x) -> bool:
 
 
 def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
-    """`lax.dot_general` on the port: batch dimensions one matrix at a time, the lhs's free dimensions as rows."""
+    """`lax.dot_general` on the port: the batch dimensions as one batch of products (one launch), the lhs's free
+    dimensions as rows."""
     if lhs.dtype != rhs.dtype or lhs.dtype not in DTYPES:
         raise NotCovered(f"batch_invariant: dot_general on {lhs.dtype} and {rhs.dtype} is not covered (the matmul "
                          "ports take bfloat16 or float16, both operands alike)")
@@ -120,10 +122,7 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **
     batch, rows, cols = math.prod(batch_shape), math.prod(rows_shape), math.prod(cols_shape)
     a = jnp.transpose(lhs, (*lhs_batch, *lhs_free, *lhs_contract)).reshape(batch, rows, depth)
     b = jnp.transpose(rhs, (*rhs_batch, *rhs_contract, *rhs_free)).reshape(batch, depth, cols)
-    products = [_product(a[i], b[i], out) for i in range(batch)]
-    result = jnp.stack(products) if products else jnp.zeros((0, rows, cols), lhs.dtype if out == "same" else
-                                                            jnp.float32)
-    return result.reshape(*batch_shape, *rows_shape, *cols_shape)
+    return _product(a, b, out).reshape(*batch_shape, *rows_shape, *cols_shape)
 
 
 def _jaxprs_in(params: dict):

@@ -92,10 +92,25 @@ def validate(data) -> None:
     check_array("b", b)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"a and b must be 2-D, got a {tuple(a.shape)} and b {tuple(b.shape)}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"a is [M, K] = {tuple(a.shape)} but b is [K, N] = {tuple(b.shape)}: K differs")
-    if min(a.shape[0], a.shape[1], b.shape[1]) < 1:
-        raise ValueError(f"M, N and K must be at least 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
+    _validate_product(a, b, out, a.shape, b.shape)
+
+
+def validate_batch(a, b, out) -> None:
+    """`validate` for a port's `batched_matmul`: a [B, M, K] and b [B, K, N] with one B >= 1, each product as
+    `validate` takes it."""
+    check_array("a", a)
+    check_array("b", b)
+    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0] or a.shape[0] < 1:
+        raise ValueError(f"a batch of products takes a [B, M, K] and b [B, K, N] with one B >= 1, got a "
+                         f"{tuple(a.shape)} and b {tuple(b.shape)}")
+    _validate_product(a, b, out, a.shape[1:], b.shape[1:])
+
+
+def _validate_product(a, b, out, a_shape, b_shape) -> None:
+    if a_shape[1] != b_shape[0]:
+        raise ValueError(f"a is [M, K] = {tuple(a_shape)} but b is [K, N] = {tuple(b_shape)}: K differs")
+    if min(a_shape[0], a_shape[1], b_shape[1]) < 1:
+        raise ValueError(f"M, N and K must be at least 1, got a {tuple(a_shape)} and b {tuple(b_shape)}")
     if dtype_name(a) not in DTYPES or dtype_name(b) != dtype_name(a):
         raise TypeError(f"a and b must both be bfloat16 or both float16, got {dtype_name(a)} and {dtype_name(b)}")
     if out not in OUTPUTS:

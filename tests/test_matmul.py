@@ -117,6 +117,28 @@ def test_bad_input_is_named(port, data, message):
         port_function(port, skip_what_cannot_run=False)(data)
 
 
+@pytest.mark.parametrize("port", PORTS)
+def test_batched_products_have_the_bits_of_each_product_alone(port):
+    # the batch-invariant modes' bmm and batched dot_general: one launch, each matrix's bits its own product's
+    impl = spec.WORKLOAD.implementation(port)
+    if impl.needs.missing() or impl.needs.gpu and not ON_GPU:
+        pytest.skip(f"{port}: {impl.needs.missing()}")
+    alone, batched = impl.load(), impl.load("batched_matmul")
+    gen = torch.Generator(device=DEVICE).manual_seed(11)
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    a = torch.randn((4, 33, 70), device=DEVICE, generator=gen).to(dtype)
+    b_t = torch.randn((4, 45, 70), device=DEVICE, generator=gen).to(dtype)
+    b = b_t.transpose(1, 2)  # strided, as attention's keys reach bmm
+    for out in ("same", "float32"):
+        products = to_torch(batched(*to_framework(impl.framework, (a, b, out))))
+        for i in range(4):
+            single = to_torch(alone(to_framework(impl.framework, (a[i], b[i].contiguous(), out))))
+            assert first_difference(products[i], single) is None, (out, i)
+        assert spec.check((a[0], b[0], out), products[0], spec.reference((a[0], b[0], out))).passed
+    with pytest.raises(ValueError, match="one B >= 1"):
+        batched(*to_framework(impl.framework, (a, b[:3], "same")))
+
+
 def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
     path = tmp_path / "matmul.json"
     runnable = [port for port in PORTS if not spec.WORKLOAD.implementation(port).needs.missing()]
@@ -179,8 +201,8 @@ def test_pallas_port_lowers_for_cuda(m):
     jax = pytest.importorskip("jax")
     from pallas_kernels.matmul import _matmul
     tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
-    a = jax.numpy.zeros((-(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # matmul pads M to a whole tile
-    b = jax.numpy.zeros((4096, 4096), jax.numpy.bfloat16)
+    a = jax.numpy.zeros((2, -(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # M padded to a whole tile
+    b = jax.numpy.zeros((2, 4096, 4096), jax.numpy.bfloat16)
     lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))
     assert "triton" in lowered.as_text()
 
@@ -213,10 +235,11 @@ def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     from mosaic_gpu_kernels.matmul import _matmul, mosaic_tiling, padded_shape
     tiles = mosaic_tiling(m, n, out)
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False)
-    a = jax.ShapeDtypeStruct((pm, pk), jax.numpy.bfloat16)
-    b = jax.ShapeDtypeStruct((pk, pn), jax.numpy.bfloat16)
-    lowered = _matmul.trace(a, b, out=out, tiles=tiles, interpret=False).lower(lowering_platforms=("cuda",))
-    assert "mosaic_gpu" in lowered.as_text()
+    for batch in ((), (3,)):  # one product, and a batch of three (the batch-invariant mode's)
+        a = jax.ShapeDtypeStruct((*batch, pm, pk), jax.numpy.bfloat16)
+        b = jax.ShapeDtypeStruct((*batch, pk, pn), jax.numpy.bfloat16)
+        lowered = _matmul.trace(a, b, out=out, tiles=tiles, interpret=False).lower(lowering_platforms=("cuda",))
+        assert "mosaic_gpu" in lowered.as_text()
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernel for it")

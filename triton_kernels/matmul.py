@@ -7,6 +7,10 @@ add exactly nothing) and masked stores. M is never specialised by the compiler
 (`do_not_specialize`), so M = 1 runs the same machine code as every other M. Programs run in
 grouped order (group_m row-tiles share the B tiles they read through L2), which changes only
 the schedule, never the arithmetic.
+
+A batch of products (`batched_matmul`, the batch-invariant mode's bmm) runs on a second grid axis, one matrix a
+program column: each matrix is the same tiles, in the same order, as the product alone, so its bits are the
+product's alone whatever the batch. `matmul` is the batch of one.
 """
 from __future__ import annotations
 
@@ -14,14 +18,18 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.matmul import output_dtype, validate
+from ports.matmul import output_dtype, validate, validate_batch
 from ports.matmul_common import MatmulTiling, matmul_tiling
 
 
 @triton.jit(do_not_specialize=["M"])
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_ab, stride_bb, stride_cb,
                    TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr, GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
+    matrix = tl.program_id(1).to(tl.int64)
+    a_ptr += matrix * stride_ab
+    b_ptr += matrix * stride_bb
+    c_ptr += matrix * stride_cb
     tiles_m = tl.cdiv(M, TILE_M)
     tiles_n = tl.cdiv(N, TILE_N)
     per_group = GROUP_M * tiles_n
@@ -47,13 +55,28 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     `tiles` overrides the tiling chosen for M (used to test which tilings keep the bits).
     """
     validate(data)
-    a, b, _ = data
-    a, b = a.contiguous(), b.contiguous()
-    (m, k), n = a.shape, b.shape[1]
+    return _launch(*data, tiles)
+
+
+def batched_matmul(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | None = None) -> torch.Tensor:
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (bf16 or fp16, validated as `matmul`'s), each product's bits
+    those of the product alone. Any batch and row strides are read without a copy (a stride-0 batch: one matrix
+    broadcast)."""
+    validate_batch(a, b, out)
+    return _launch(a, b, out, tiles)
+
+
+def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | None) -> torch.Tensor:
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's second axis."""
+    a, b = (x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous() for x in (a, b))
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else 1
     tiles = tiles or matmul_tiling(m, n)
-    c = torch.empty((m, n), device=a.device, dtype=output_dtype(data))
-    grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n),)
-    _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), TILE_M=tiles.tile_m,
-                         TILE_N=tiles.tile_n, TILE_K=tiles.tile_k, GROUP_M=tiles.group_m,
+    c = torch.empty((*a.shape[:-2], m, n), device=a.device, dtype=output_dtype((a, b, out)))
+    grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n), batch)
+    # one product: batch strides 0, so that its launch, like its machine code, never depends on M
+    batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
+    _matmul_kernel[grid](a, b, c, m, n, k, a.stride(-2), b.stride(-2), c.stride(-2), *batch_strides,
+                         TILE_M=tiles.tile_m, TILE_N=tiles.tile_n, TILE_K=tiles.tile_k, GROUP_M=tiles.group_m,
                          num_warps=tiles.warps, num_stages=tiles.stages)
     return c
