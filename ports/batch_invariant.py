@@ -19,11 +19,14 @@ library kernel, which would be batch-variant without saying so. `bmm` runs every
 the Triton port's batched kernel (the same tiles as a product alone, on a second grid axis).
 
 The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
-alone (triton_kernels.row_reductions): `softmax` and `log_softmax` (and so cross-entropy) with their backward
-passes, and `mean` (RMSNorm's), over the last dimension, in float32, bfloat16 or float16 (a mean over every
-dimension, a loss's, reduces the whole tensor as one row); over another dimension they are refused. Not covered
-yet (torch's own kernels run): `NOT_COVERED`. Leaving the mode restores torch's kernels exactly (the overrides are
-one torch.library registration, destroyed on exit).
+alone (triton_kernels.row_reductions), in float32, bfloat16 or float16, forward and backward: `softmax` and
+`log_softmax` (and so cross-entropy), `sum` and `mean`, LayerNorm (`native_layer_norm`) and RMSNorm (`F.rms_norm`'s
+mean, or the fused op torch may run for it), over the last dimension(s). A sum or mean over other dimensions (a
+weight's gradient, a loss over the batch) runs on the same kernel over the transposed rows, in an order fixed by the
+sizes alone (a function of the batch by definition); an integer or boolean sum, exact in any order, runs as a
+cumulative sum. `scaled_dot_product_attention` runs as its definition on the mode's products and softmax (registered
+above autograd, in place of torch's choice among flash, memory-efficient, cuDNN and math kernels). Leaving the mode
+restores torch's kernels exactly (the overrides are one torch.library registration, destroyed on exit).
 """
 from __future__ import annotations
 
@@ -37,8 +40,12 @@ import torch
 
 COVERED = ("aten::mm", "aten::addmm", "aten::bmm",  # torch.matmul, @ and F.linear decompose into these
            "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
-           "aten::_log_softmax_backward_data", "aten::mean.dim")  # over the last dimension only
-NOT_COVERED = ("layer_norm", "sum", "scaled_dot_product_attention")  # torch's kernels run inside the mode
+           "aten::_log_softmax_backward_data", "aten::mean.dim", "aten::sum", "aten::sum.dim_IntList",
+           "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_fused_rms_norm",
+           "aten::_fused_rms_norm_backward", "aten::scaled_dot_product_attention")
+NOT_COVERED = ("dropout in scaled_dot_product_attention (refused)", "softmax over another dimension than the last "
+               "(refused)", "float64 and complex products and sums (refused)", "group_norm, batch_norm, convolutions "
+               "(torch's kernels run)")
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -166,17 +173,118 @@ def _softmax_backward(g: torch.Tensor, y: torch.Tensor, dim: int, input_dtype: t
     return _row_reductions(g.device).softmax_backward(g, y, log, input_dtype)
 
 
-def _mean(x: torch.Tensor, dim, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
-    """The mean over the last dimension on the row kernel; over every dimension (a loss's `.mean()`), the whole
-    tensor as one row, in an order that depends on its size alone."""
-    _check("mean.dim", x, dtypes_taken=REDUCTION_DTYPES)
-    reductions = _row_reductions(x.device)
-    if dim is None or sorted(d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)) in (
-            [], list(range(x.dim()))):
-        whole = reductions.mean(x.reshape(1, -1), False, dtype or x.dtype)
-        return whole.reshape([1] * x.dim() if keepdim else [])
-    _last_dimension("mean.dim", x, dim)
-    return reductions.mean(x, keepdim, dtype or x.dtype)
+def _rows_of(x: torch.Tensor, dims) -> tuple[torch.Tensor, list[int]]:
+    """x with the dimensions `dims` (None or [] for all of them) moved last and flattened into rows: [rows, cols];
+    and the dimensions reduced."""
+    reduced = sorted({d % max(x.dim(), 1) for d in ([dims] if isinstance(dims, int) else dims or range(x.dim()))})
+    kept = [d for d in range(x.dim()) if d not in reduced]
+    if x.dim() == 0:
+        return x.reshape(1, 1), reduced
+    cols = 1
+    for d in reduced:
+        cols *= x.shape[d]
+    return x.permute(*kept, *reduced).reshape(-1, cols), reduced
+
+
+def _sum_or_mean(op: str, x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
+    """The sum (mean) over `dim` on the row kernel: over the last dimension, each row's bits its own whatever the
+    batch; over other dimensions (across rows: a weight's gradient, a loss over the batch) in an order that depends
+    on the sizes alone. Integer and boolean sums, exact in any order, run as torch's cumulative sum."""
+    rows, reduced = _rows_of(x, dim)
+    shape = [1 if d in reduced else size for d, size in enumerate(x.shape)] if keepdim else [
+        size for d, size in enumerate(x.shape) if d not in reduced]
+    if not mean and not x.dtype.is_floating_point and not x.dtype.is_complex and dtype in (None, torch.int64):
+        if not rows.shape[-1]:
+            return torch.zeros(shape, dtype=torch.int64, device=x.device)
+        return rows.cumsum(-1)[:, -1].reshape(shape)
+    _check(op, x, dtypes_taken=REDUCTION_DTYPES)
+    return _row_reductions(x.device).row_sum(rows, mean, dtype or x.dtype).reshape(shape)
+
+
+def _sum(x: torch.Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
+    return _sum_or_mean("sum", x, dim, keepdim, dtype, mean=False)
+
+
+def _mean(x: torch.Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
+    return _sum_or_mean("mean", x, dim, keepdim, dtype, mean=True)
+
+
+def _norm_rows(op: str, x: torch.Tensor, normalized_shape, *operands) -> int:
+    """The length of the rows a norm normalises (its last len(normalized_shape) dimensions), after the checks."""
+    _check(op, x, dtypes_taken=REDUCTION_DTYPES)
+    if any(operand is not None and operand.device != x.device for operand in operands):
+        raise NotCovered(f"batch-invariant mode: aten::{op} with operands on two devices is not covered")
+    cols = 1
+    for size in normalized_shape:
+        cols *= size
+    return cols
+
+
+def _statistics_shape(x: torch.Tensor, normalized_shape) -> list[int]:
+    return [*x.shape[:x.dim() - len(normalized_shape)], *[1] * len(normalized_shape)]
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    cols = _norm_rows("native_layer_norm", x, normalized_shape, weight, bias)
+    y, mean, rstd = _row_reductions(x.device).norm(x, cols, weight, bias, eps, centre=True)
+    shape = _statistics_shape(x, normalized_shape)
+    return y, mean.reshape(shape), rstd.reshape(shape)
+
+
+def _parameter_gradients(g, x, cols, mean, rstd, weight, bias, mask_weight, mask_bias):
+    """The gradients of a norm's weight and bias: sums over the rows (over the batch, so a function of it by
+    definition), on the row kernel over the transposed rows, in float32 rounded once."""
+    sums = _row_reductions(x.device).row_sum
+    g32 = g.reshape(-1, cols).float()
+    grad_weight = grad_bias = None
+    if weight is not None and mask_weight:
+        xhat = (x.reshape(-1, cols).float() - (0 if mean is None else mean.reshape(-1, 1))) * rstd.reshape(-1, 1)
+        grad_weight = sums((g32 * xhat).t(), False, weight.dtype).reshape(weight.shape)
+    if bias is not None and mask_bias:
+        grad_bias = sums(g32.t(), False, bias.dtype).reshape(bias.shape)
+    return grad_weight, grad_bias
+
+
+def _layer_norm_backward(g, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    cols = _norm_rows("native_layer_norm_backward", x, normalized_shape, weight, bias)
+    rows = _row_reductions(x.device)
+    grad_input = rows.norm_backward(g, x, cols, weight, mean.float(), rstd.float(), centre=True) if output_mask[
+        0] else None
+    return grad_input, *_parameter_gradients(g, x, cols, mean.float(), rstd.float(), weight, bias, *output_mask[1:])
+
+
+def _rms_norm(x, normalized_shape, weight, eps):
+    cols = _norm_rows("_fused_rms_norm", x, normalized_shape, weight)
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    y, _, rstd = _row_reductions(x.device).norm(x, cols, weight, None, eps, centre=False)
+    return y, rstd.reshape(_statistics_shape(x, normalized_shape))
+
+
+def _rms_norm_backward(g, x, normalized_shape, rstd, weight, output_mask):
+    cols = _norm_rows("_fused_rms_norm_backward", x, normalized_shape, weight)
+    rows = _row_reductions(x.device)
+    grad_input = rows.norm_backward(g, x, cols, weight, None, rstd.float(), centre=False) if output_mask[0] else None
+    return grad_input, _parameter_gradients(g, x, cols, None, rstd.float(), weight, None, output_mask[1], False)[0]
+
+
+def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """scaled_dot_product_attention as its definition, on the mode's kernels: the scores by bmm (rounded to the
+    inputs' dtype), scaled and masked in float32, softmax on the row kernel, rounded, and bmm by the values; its
+    backward pass is autograd's through those ops. Registered above autograd, in place of torch's choice among
+    flash, memory-efficient, cuDNN and math kernels."""
+    if dropout_p:
+        raise NotCovered("batch-invariant mode: scaled_dot_product_attention with dropout is not covered")
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
+        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
+    scores = (query @ key.transpose(-2, -1)).float() * (query.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(above, float("-inf"))
+    if attn_mask is not None:
+        scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                  else scores + attn_mask.float())
+    return torch.softmax(scores, -1).to(query.dtype) @ value
 
 
 def active() -> bool:
@@ -201,6 +309,14 @@ def enable() -> None:
             library.impl("aten::_softmax_backward_data", _softmax_backward, key)
             library.impl("aten::_log_softmax_backward_data", functools.partial(_softmax_backward, log=True), key)
             library.impl("aten::mean.dim", _mean, key)
+            library.impl("aten::sum.dim_IntList", _sum, key)
+            library.impl("aten::sum", _sum, key)
+            library.impl("aten::native_layer_norm", _layer_norm, key)
+            library.impl("aten::native_layer_norm_backward", _layer_norm_backward, key)
+            library.impl("aten::_fused_rms_norm", _rms_norm, key)
+            library.impl("aten::_fused_rms_norm_backward", _rms_norm_backward, key)
+        for key in ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA"):  # above autograd: its backward is autograd's
+            library.impl("aten::scaled_dot_product_attention", _attention, key)
     _library = library
 
 

@@ -22,8 +22,9 @@ entered too (its custom rule then gives way to the body's own), one without eith
 
 What it does not cover it refuses with `ports.batch_invariant.NotCovered`, never falling back to XLA's dot: a
 product in another dtype than bfloat16 or float16 (or of two dtypes, or with a preferred type other than its own
-or float32), and a product or sum inside a control-flow primitive (`scan`, `while`, `cond`), whose body this
-evaluator does not enter. The gradient of a product with a float32 result rounds its cotangent to the operands' dtype.
+or float32), a product or sum inside a control-flow primitive (`scan`, `while`, `cond`), whose body this
+evaluator does not enter, and the products it has no port for (`REFUSED`: cuDNN's attention, convolutions, grouped
+and block-scaled products). The gradient of a product with a float32 result rounds its cotangent to the operands' dtype.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ PORT_ORDER = ("mosaic_gpu", "pallas")  # fastest first among the JAX ports that 
 DTYPES = (jnp.bfloat16, jnp.float16)
 CALLS = ("jit", "pjit", "closed_call", "core_call")  # call primitives whose jaxpr is entered
 CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")  # entered only where they hold a product
+# products the ports do not replace, refused rather than left to a library kernel: cuDNN's attention and fusions,
+# block-scaled and grouped (ragged) products, convolutions
+REFUSED = ("dot_product_attention", "cudnn_fusion", "scaled_matmul", "ragged_dot", "conv_general_dilated")
 
 
 @functools.cache
@@ -137,8 +141,9 @@ def _jaxprs_in(params: dict):
 
 
 def _holds_what_is_replaced(jaxpr) -> bool:
-    """Whether a jaxpr holds, at any depth, what the transformation replaces: a dot_general or a reduce_sum."""
-    return any(eqn.primitive.name in ("dot_general", "reduce_sum")
+    """Whether a jaxpr holds, at any depth, what the transformation replaces (a dot_general or a reduce_sum) or
+    refuses."""
+    return any(eqn.primitive.name in ("dot_general", "reduce_sum") or eqn.primitive.name.startswith(REFUSED)
                or any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
@@ -156,6 +161,10 @@ def _evaluate(jaxpr, consts, *args):
     for eqn in jaxpr.eqns:
         values = [read(var) for var in eqn.invars]
         name = eqn.primitive.name
+        if name.startswith(REFUSED):
+            raise NotCovered(f"batch_invariant: {name} is not covered (its products run on a library kernel, which "
+                             "may be batch-variant); write it with dot_general (jax.nn.dot_product_attention: "
+                             "implementation='xla'), or leave f untransformed")
         if name == "dot_general":
             outputs = [_dot_general(*values, **eqn.params)]
         elif name == "reduce_sum" and _per_row(eqn.params, values[0]):

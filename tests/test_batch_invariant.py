@@ -18,8 +18,9 @@ def half(*shape, seed):
 
 
 def float64_product(a, b):
-    """a @ b in float64 by broadcasting, not aten::mm (which the mode refuses in float64)."""
-    return (a.double()[:, :, None] * b.double()[None, :, :]).sum(dim=1)
+    """a @ b in float64 by broadcasting and a running sum, not aten::mm or aten::sum (which the mode refuses in
+    float64)."""
+    return (a.double()[:, :, None] * b.double()[None, :, :]).cumsum(dim=1)[:, -1]
 
 
 def split_k_below_8_rows(data):
@@ -33,7 +34,7 @@ def split_k_below_8_rows(data):
 
 
 def assert_close_to_float64(output, expected):
-    scale = expected.abs() + (expected.square().sum() / expected.numel()).sqrt()  # sum: the mode takes no float64 mean
+    scale = expected.abs() + torch.linalg.vector_norm(expected) / expected.numel() ** 0.5  # the mode sums no float64
     assert bool(((output.double() - expected).abs() <= TOLERANCE * scale).all())
 
 
@@ -114,40 +115,100 @@ def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
     assert not torch.equal(x[:2] @ w, (x @ w)[:2])
 
 
+def invariant_forward_and_backward(reduce, x, parts=(1, 4)):
+    """reduce(x) and the gradient of its square's sum, inside the mode: for the first m rows alone the same bits as
+    in the whole batch, for each m in `parts`; returns the whole batch's output."""
+    whole = x.clone().requires_grad_()
+    out = reduce(whole)
+    out.float().square().sum().backward()
+    for m in parts:
+        part = x[:m].clone().requires_grad_()
+        part_out = reduce(part)
+        part_out.float().square().sum().backward()
+        assert torch.equal(part_out, out[:m]) and torch.equal(part.grad, whole.grad[:m]), m
+    return out.detach()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, DTYPE], ids=str)
-def test_row_reductions_are_invariant_and_right_forward_and_backward(mode, dtype):
-    # softmax, log_softmax (cross-entropy's) and mean over the last dimension on the row kernels: a row's bits the same
-    # in any batch, forward and backward, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
+def test_row_reductions_are_invariant_and_right_forward_and_backward(dtype):
+    # softmax, log_softmax (cross-entropy's), mean and sum over the last dimension on the row kernels: a row's bits the
+    # same in any batch, forward and backward, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
     x = (3 * torch.randn(6, 3000, generator=torch.Generator().manual_seed(51))).to(DEVICE, dtype)
+    x64 = x.double()  # the references, outside the mode
+    shifted = x64 - x64.amax(-1, keepdim=True)
+    expected = {"softmax": shifted.exp() / shifted.exp().sum(-1, keepdim=True),
+                "log_softmax": shifted - shifted.exp().sum(-1, keepdim=True).log(),
+                "mean": x64.square().sum(-1, keepdim=True) / x.shape[-1], "sum": x64.sum(-1)}
     reductions = {"softmax": lambda rows: torch.softmax(rows, -1),
                   "log_softmax": lambda rows: torch.log_softmax(rows, -1),
-                  "mean": lambda rows: rows.square().mean(-1, keepdim=True)}
-    for name, reduce in reductions.items():
-        whole = x.clone().requires_grad_()
-        reduce(whole).float().square().sum().backward()
-        for m in (1, 4):
-            part = x[:m].clone().requires_grad_()
-            out = reduce(part)
-            out.float().square().sum().backward()
-            assert torch.equal(out, reduce(x)[:m]) and torch.equal(part.grad, whole.grad[:m]), (name, m)
-        x64 = x.double()  # references by sums (aten::sum and amax, which the mode leaves to torch), not the mode's ops
-        shifted = x64 - x64.amax(-1, keepdim=True)
-        expected = {"softmax": shifted.exp() / shifted.exp().sum(-1, keepdim=True),
-                    "log_softmax": shifted - shifted.exp().sum(-1, keepdim=True).log(),
-                    "mean": x64.square().sum(-1, keepdim=True) / x.shape[-1]}[name]
-        tolerance = 1e-5 if dtype == torch.float32 else 2e-3
-        atol = tolerance * float(expected.abs().max())
-        assert torch.allclose(reduce(x).double(), expected, rtol=tolerance, atol=atol)
+                  "mean": lambda rows: rows.square().mean(-1, keepdim=True), "sum": lambda rows: rows.sum(-1)}
+    with bi.batch_invariant():
+        for name, reduce in reductions.items():
+            out = invariant_forward_and_backward(reduce, x)
+            tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+            atol = tolerance * float(expected[name].abs().max())
+            assert torch.allclose(out.double(), expected[name], rtol=tolerance, atol=atol), name
 
 
-def test_reductions_over_another_dimension_are_refused(mode):
-    with pytest.raises(bi.NotCovered, match="over dimension"):
-        torch.softmax(torch.randn(3, 4, device=DEVICE), dim=0)
-    with pytest.raises(bi.NotCovered, match="over dimension"):
-        torch.randn(3, 4, device=DEVICE).mean(dim=0)
-    x = torch.randn(3, 4, device=DEVICE)  # a mean over everything (a loss's): the whole tensor as one row
-    assert x.mean().shape == () and torch.allclose(x.mean(), x.sum() / 12)
-    assert x.mean((0, 1), keepdim=True).shape == (1, 1)
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm", "_fused_rms_norm"])
+def test_norms_are_invariant_and_right_forward_and_backward(norm):
+    # LayerNorm and RMSNorm (F.rms_norm, which decomposes into a mean on a CPU, and the fused op torch may run on a
+    # GPU) on the row kernels: invariant forward and backward; output, input and weight gradients near float64's
+    gen = torch.Generator().manual_seed(52)
+    x = (2 + 3 * torch.randn(5, 2, 700, generator=gen)).to(DEVICE, DTYPE)
+    weight = (1 + 0.1 * torch.randn(2, 700, generator=gen)).to(DEVICE, DTYPE)
+    bias = (0.1 * torch.randn(2, 700, generator=gen)).to(DEVICE, DTYPE)
+    functions = {"layer_norm": lambda rows, w: F.layer_norm(rows, (2, 700), w, bias, 1e-5),
+                 "rms_norm": lambda rows, w: F.rms_norm(rows, (2, 700), w, 1e-5),
+                 "_fused_rms_norm": lambda rows, w: torch.ops.aten._fused_rms_norm(rows, [2, 700], w, 1e-5)[0]}
+    # the float64 reference: y and the gradients of sum(y^2) with respect to x and the weight, by autograd
+    x64, w64 = x.double().requires_grad_(), weight.double().requires_grad_()
+    rows = x64.reshape(5, -1)
+    centred = rows - rows.mean(-1, keepdim=True) if norm == "layer_norm" else rows
+    y64 = (centred / (centred.square().mean(-1, keepdim=True) + 1e-5).sqrt()).reshape(x.shape) * w64
+    y64 = y64 + bias.double() if norm == "layer_norm" else y64
+    y64.square().sum().backward()
+    whole, w = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    with bi.batch_invariant():
+        invariant_forward_and_backward(lambda rows: functions[norm](rows, weight), x, parts=(1, 3))
+        y = functions[norm](whole, w)
+        y.float().square().sum().backward()
+    for output, expected in ((y, y64), (whole.grad, x64.grad), (w.grad, w64.grad)):
+        assert_close_to_float64(output.detach(), expected.detach())
+
+
+def test_attention_is_invariant_and_right_forward_and_backward():
+    # scaled_dot_product_attention, causal and with a boolean mask, as its definition on the mode's kernels
+    gen = torch.Generator().manual_seed(53)
+    q, k, v = (torch.randn(4, 2, 24, 16, generator=gen).to(DEVICE, DTYPE) for _ in range(3))
+    mask = torch.rand(24, 24, generator=gen).to(DEVICE) < 0.8
+    mask.fill_diagonal_(True)
+    for options in (dict(is_causal=True), dict(attn_mask=mask)):
+        with bi.batch_invariant():
+            out = invariant_forward_and_backward(
+                lambda rows: F.scaled_dot_product_attention(rows, k[:len(rows)], v[:len(rows)], **options), q)
+        allowed = torch.ones(24, 24, dtype=torch.bool, device=DEVICE).tril() if options.get("is_causal") else mask
+        scores = (q.double() @ k.double().transpose(-1, -2) / 4).masked_fill(~allowed, float("-inf"))
+        assert_close_to_float64(out, torch.softmax(scores, -1) @ v.double())
+    with bi.batch_invariant(), pytest.raises(bi.NotCovered, match="dropout"):
+        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+
+
+def test_sums_across_rows_and_of_integers():
+    x = torch.randn(3, 4, 5, device=DEVICE)
+    with bi.batch_invariant():
+        across = x.sum(dim=(0, 2), keepdim=True)  # across rows (a weight's gradient): in an order fixed by the sizes
+        whole, mean0 = x.sum(), x.mean(dim=0)
+        counted = torch.tensor([[True, False], [True, True]], device=DEVICE).sum(-1)  # exact in any order
+        integers = torch.arange(10, device=DEVICE).sum()
+        with pytest.raises(bi.NotCovered, match="aten::sum on torch.float64"):
+            x.double().sum(-1)
+        with pytest.raises(bi.NotCovered, match="over dimension"):
+            torch.softmax(x, dim=0)
+    assert across.shape == (1, 4, 1) and torch.allclose(across, x.sum(dim=(0, 2), keepdim=True), atol=1e-5)
+    assert whole.shape == () and torch.allclose(whole, x.sum(), atol=1e-4)
+    assert torch.allclose(mean0, x.mean(dim=0), atol=1e-6)
+    assert counted.tolist() == [1, 2] and counted.dtype == torch.int64 and int(integers) == 45
 
 
 # --- JAX: ports.batch_invariant_jax.batch_invariant(f) -------------------------------------------------------------
@@ -228,6 +289,16 @@ def test_jax_refuses_what_it_does_not_cover():
     scanned = lambda a, b: jax.lax.scan(lambda carry, row: (carry, row @ b), 0.0, a)[1]  # noqa: E731
     with pytest.raises(NotCovered, match="inside scan"):
         batch_invariant(scanned)(x, w)
+
+    def convolved(a, b):
+        return jax.lax.conv_general_dilated(a[None, None], b[None, None, :3, :3], (1, 1), "SAME")
+
+    with pytest.raises(NotCovered, match="conv_general_dilated is not covered"):
+        batch_invariant(convolved)(x, w)
+    inside_custom = jax.custom_jvp(convolved)  # a library product behind a custom rule is found too
+    inside_custom.defjvp(lambda primals, tangents: (convolved(*primals), convolved(*primals)))
+    with pytest.raises(NotCovered, match="conv_general_dilated"):
+        batch_invariant(inside_custom)(x, w)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the interpreters sum in their own orders: same bits only on the GPU")

@@ -6,7 +6,8 @@ reduction may split a row across programs when rows are few, and so sum in anoth
 input's last dimension; the arithmetic is float32 whatever the input's type, and the result is rounded once.
 
 - softmax and log_softmax over the last dimension, and their backward passes;
-- the mean over the last dimension.
+- the sum and the mean over the last dimension;
+- LayerNorm and RMSNorm over the last dimensions, and the gradient of their input.
 """
 from __future__ import annotations
 
@@ -80,13 +81,85 @@ def _softmax_backward_kernel(g_ptr, y_ptr, dx_ptr, cols, LOG: tl.constexpr, CHUN
 
 
 @triton.jit
-def _mean_kernel(x_ptr, y_ptr, cols, CHUNK: tl.constexpr):
+def _sum_kernel(x_ptr, y_ptr, cols, MEAN: tl.constexpr, CHUNK: tl.constexpr):
+    """Row r's sum (or mean) of x."""
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, CHUNK)
     total = tl.zeros([CHUNK], tl.float32)
     for start in range(0, cols, CHUNK):
         total += tl.load(x_ptr + row * cols + start + offsets, mask=start + offsets < cols, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row, (tl.sum(total, axis=0) / cols).to(y_ptr.dtype.element_ty))
+    if MEAN:
+        tl.store(y_ptr + row, (tl.sum(total, axis=0) / cols).to(y_ptr.dtype.element_ty))
+    else:
+        tl.store(y_ptr + row, tl.sum(total, axis=0).to(y_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps, CENTRE: tl.constexpr,
+                 HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CHUNK: tl.constexpr):
+    """Row r of y = (x - mean) rstd w + b (LayerNorm; RMSNorm without CENTRE: mean 0, no bias), rstd =
+    1/sqrt(mean((x - mean)^2) + eps): the mean, then the squares, then y, each a pass in order."""
+    row = tl.program_id(0).to(tl.int64)
+    x_ptr += row * cols
+    y_ptr += row * cols
+    offsets = tl.arange(0, CHUNK)
+    mean = 0.0
+    if CENTRE:
+        total = tl.zeros([CHUNK], tl.float32)
+        for start in range(0, cols, CHUNK):
+            total += tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=0.0).to(tl.float32)
+        mean = tl.sum(total, axis=0) / cols
+    squares = tl.zeros([CHUNK], tl.float32)
+    for start in range(0, cols, CHUNK):
+        mask = start + offsets < cols
+        centred = tl.where(mask, tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean, 0.0)
+        squares += centred * centred
+    rstd = tl.rsqrt(tl.sum(squares, axis=0) / cols + eps)
+    for start in range(0, cols, CHUNK):
+        mask = start + offsets < cols
+        y = (tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
+        if HAS_WEIGHT:
+            y *= tl.load(w_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y += tl.load(b_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + start + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _norm_backward_kernel(g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, cols, CENTRE: tl.constexpr,
+                          HAS_WEIGHT: tl.constexpr, CHUNK: tl.constexpr):
+    """Row r of the input's gradient from the output's gradient g: with gw = g w and xhat = (x - mean) rstd,
+    dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) (RMSNorm: no mean(gw))."""
+    row = tl.program_id(0).to(tl.int64)
+    g_ptr += row * cols
+    x_ptr += row * cols
+    dx_ptr += row * cols
+    offsets = tl.arange(0, CHUNK)
+    mean = tl.load(mean_ptr + row) if CENTRE else 0.0
+    rstd = tl.load(rstd_ptr + row)
+    gw_total = tl.zeros([CHUNK], tl.float32)
+    gwx_total = tl.zeros([CHUNK], tl.float32)
+    for start in range(0, cols, CHUNK):
+        mask = start + offsets < cols
+        gw = tl.load(g_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        if HAS_WEIGHT:
+            gw *= tl.load(w_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        xhat = tl.where(mask, (tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean) * rstd,
+                        0.0)
+        gw_total += gw
+        gwx_total += gw * xhat
+    gw_mean = tl.sum(gw_total, axis=0) / cols if CENTRE else 0.0
+    gwx_mean = tl.sum(gwx_total, axis=0) / cols
+    for start in range(0, cols, CHUNK):
+        mask = start + offsets < cols
+        gw = tl.load(g_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        if HAS_WEIGHT:
+            gw *= tl.load(w_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        xhat = (tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
+        tl.store(dx_ptr + start + offsets, ((gw - gw_mean - xhat * gwx_mean) * rstd).to(dx_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
@@ -100,7 +173,7 @@ def softmax(x: torch.Tensor, log: bool, dtype: torch.dtype) -> torch.Tensor:
     x, rows, cols = _rows(x)
     y = torch.empty(x.shape, device=x.device, dtype=dtype)
     if rows and cols:
-        _softmax_kernel[(rows,)](x, y, cols, LOG=log, CHUNK=min(CHUNK, triton.next_power_of_2(cols)))
+        _softmax_kernel[(rows,)](x, y, cols, LOG=log, CHUNK=_chunk(cols))
     return y
 
 
@@ -110,18 +183,50 @@ def softmax_backward(g: torch.Tensor, y: torch.Tensor, log: bool, dtype: torch.d
     y = y.contiguous()
     dx = torch.empty(g.shape, device=g.device, dtype=dtype)
     if rows and cols:
-        _softmax_backward_kernel[(rows,)](g, y, dx, cols, LOG=log, CHUNK=min(CHUNK, triton.next_power_of_2(cols)))
+        _softmax_backward_kernel[(rows,)](g, y, dx, cols, LOG=log, CHUNK=_chunk(cols))
     return dx
 
 
-def mean(x: torch.Tensor, keepdim: bool, dtype: torch.dtype) -> torch.Tensor:
-    """The mean of x over its last dimension, in `dtype`."""
+def row_sum(x: torch.Tensor, mean: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The sum (or the mean) of x over its last dimension, in `dtype`, shaped x.shape[:-1]."""
     x, rows, cols = _rows(x)
-    shape = (*x.shape[:-1], 1) if keepdim else x.shape[:-1]
     y = torch.empty(rows, device=x.device, dtype=dtype)
     if rows:
         if cols:
-            _mean_kernel[(rows,)](x, y, cols, CHUNK=min(CHUNK, triton.next_power_of_2(cols)))
+            _sum_kernel[(rows,)](x, y, cols, MEAN=mean, CHUNK=_chunk(cols))
         else:
-            y.fill_(float("nan"))  # the mean of nothing, as torch gives it
-    return y.reshape(shape)
+            y.fill_(float("nan") if mean else 0)  # the mean of nothing is NaN, as torch gives it; the sum is 0
+    return y.reshape(x.shape[:-1])
+
+
+def norm(x: torch.Tensor, cols: int, weight, bias, eps: float, centre: bool):
+    """LayerNorm (centre) or RMSNorm of x's rows of `cols` elements (its last dimensions), with an optional weight
+    and bias of `cols` elements: (y in x's dtype, the rows' means and 1/rms in float32, [rows])."""
+    x = x.contiguous()
+    rows = x.numel() // cols
+    y = torch.empty_like(x)
+    mean, rstd = (torch.empty(rows, device=x.device, dtype=torch.float32) for _ in range(2))
+    if rows:
+        _norm_kernel[(rows,)](x, _or(weight, x), _or(bias, x), y, mean, rstd, cols, eps, CENTRE=centre,
+                              HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, CHUNK=_chunk(cols))
+    return y, mean, rstd
+
+
+def norm_backward(g: torch.Tensor, x: torch.Tensor, cols: int, weight, mean, rstd, centre: bool) -> torch.Tensor:
+    """The gradient of `norm`'s input, from its output's gradient g and the means and 1/rms it returned."""
+    g, x = g.contiguous(), x.contiguous()
+    rows = x.numel() // cols
+    dx = torch.empty_like(x)
+    if rows:
+        _norm_backward_kernel[(rows,)](g, x, _or(weight, x), _or(mean, rstd).contiguous(), rstd.contiguous(), dx,
+                                       cols, CENTRE=centre, HAS_WEIGHT=weight is not None, CHUNK=_chunk(cols))
+    return dx
+
+
+def _chunk(cols: int) -> int:
+    return min(CHUNK, triton.next_power_of_2(cols))
+
+
+def _or(optional, stand_in):
+    """An optional operand, or a tensor passed in its place that the kernel never reads (its flag is off)."""
+    return stand_in if optional is None else optional.contiguous()
