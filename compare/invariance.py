@@ -1,10 +1,12 @@
 """The batch-invariant modes on a small transformer decoder, in torch and in JAX: the proof of issue 54.
 
-    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--cost 1,8,64,256] [--json FILE]
+    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256] [--ops]
+                                 [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
-random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. For each framework, with
-its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and each batch size B:
+random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
+`scaled_dot_product_attention` in torch (the mode runs it as its definition) and that definition in JAX. For each
+framework, with its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and each batch size B:
 
 - logits: every sequence's logits in the batch of B against the same sequence run alone, bit for bit;
 - gradient: the gradient of every sequence's loss (cross-entropy of its next tokens) with respect to its own
@@ -14,7 +16,10 @@ its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and 
 Then, with both modes on, the torch and JAX logits of the whole batch, bit for bit; where they differ, the first
 intermediate (in the order the decoder computes them) that differs for the first sequence names the op. With
 `--cost 1,8,64,256` it also times a forward pass and a training step (every weight's gradient) at those batch sizes,
-the mode off and on: the median host time of `--repeats` calls, each waited for.
+the mode off and on: the median host time of `--repeats` calls, each waited for. With `--ops` it also probes each
+op a decoder runs (products, softmax, sums, norms, attention) on its own at a larger model's sizes, a sequence alone
+against in each batch, each framework's mode off and on (`compare.invariance_ops`): which library kernels are
+batch-variant, and that the modes' are not.
 
 The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
 softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
@@ -80,15 +85,13 @@ def decoder_torch(model: Decoder, weights: dict, inputs, trace: dict | None = No
 
     batch, length, dim = inputs.shape
     head_dim = dim // model.heads
-    causal = torch.full((length, length), float("-inf"), device=inputs.device).triu(1)
     x = inputs
     for i in range(model.layers):
         h = keep(f"norm1.{i}", rms_norm(x, weights[f"norm1.{i}"]))
         qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
         q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(1, 2) for part in qkv.split(dim, -1))
-        scores = keep(f"scores.{i}", (q @ k.transpose(-1, -2)) * (1 / math.sqrt(head_dim)))
-        probs = keep(f"softmax.{i}", torch.softmax(scores.float() + causal, dim=-1).to(x.dtype))
-        attention = keep(f"attention.{i}", (probs @ v).transpose(1, 2).reshape(batch, length, dim))
+        attention = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        attention = keep(f"attention.{i}", attention.transpose(1, 2).reshape(batch, length, dim))
         x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
         h = keep(f"norm2.{i}", rms_norm(x, weights[f"norm2.{i}"]))
         gate, up = (h @ weights[f"wgu.{i}"]).split(model.hidden, -1)
@@ -121,8 +124,10 @@ def decoder_jax(model: Decoder, weights: dict, inputs, trace: dict | None = None
         qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
         q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(0, 2, 1, 3)
                    for part in jnp.split(qkv, 3, axis=-1))
-        scores = keep(f"scores.{i}", (q @ k.transpose(0, 1, 3, 2)) * jnp.asarray(1 / math.sqrt(head_dim), x.dtype))
-        probs = keep(f"softmax.{i}", jax.nn.softmax(scores.astype(jnp.float32) + causal, axis=-1).astype(x.dtype))
+        # attention as its definition, as the torch mode runs scaled_dot_product_attention: the scores rounded to
+        # the inputs' dtype, scaled and masked in float32
+        scores = keep(f"scores.{i}", (q @ k.transpose(0, 1, 3, 2)).astype(jnp.float32) * head_dim**-0.5)
+        probs = keep(f"softmax.{i}", jax.nn.softmax(scores + causal, axis=-1).astype(x.dtype))
         attention = keep(f"attention.{i}", (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim))
         x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
         h = keep(f"norm2.{i}", rms_norm(x, weights[f"norm2.{i}"]))
@@ -288,7 +293,7 @@ def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
 
 
 def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print,
-        cost_batches: list[int] | None = None, repeats: int = 5) -> dict:
+        cost_batches: list[int] | None = None, repeats: int = 5, ops: bool = False) -> dict:
     from compare import gpu_or_interpreters
     from compare.records import device_info, versions
 
@@ -314,6 +319,10 @@ def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0
         for name, runner in built.items():
             progress(f"{name}: timing the forward pass and a training step, the mode off and on ...")
             record["cost"][name] = costs(runner, model.tokens(max(cost_batches), seed), cost_batches, repeats)
+    if ops:
+        from compare.invariance_ops import probe
+
+        record["ops"] = probe(frameworks, on_gpu, batches, seed, progress)
     record["passed"] = all(entry["logits"] and entry["gradient"] for runs in record["frameworks"].values()
                            for entry in runs["on"].values())
     return record
@@ -342,6 +351,10 @@ def table(record: dict) -> str:
                 lines.append(f"  {name:6} B={batch:<5} " + "  ".join(
                     f"{what[:-3]} {times['off']:.3g} -> {times['on']:.3g} ({times['on'] / times['off']:.2f}x)"
                     for what, times in entry.items()))
+    if record.get("ops"):
+        from compare.invariance_ops import table as ops_table
+
+        lines.extend(ops_table(record["ops"]))
     lines.append("passed" if record["passed"] else "FAILED: a mode that is on let a result depend on the batch")
     return "\n".join(lines)
 
@@ -353,6 +366,13 @@ def main(argv=None) -> int:
     parser.add_argument("--frameworks", default="torch,jax", help="torch, jax or both (default)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--length", type=int, default=8, help="tokens a sequence")
+    parser.add_argument("--dim", type=int, default=Decoder.dim, help=f"model width (default {Decoder.dim})")
+    parser.add_argument("--heads", type=int, default=Decoder.heads, help="attention heads; divides --dim")
+    parser.add_argument("--hidden", type=int, default=Decoder.hidden, help="the MLP's width")
+    parser.add_argument("--vocab", type=int, default=Decoder.vocab)
+    parser.add_argument("--ops", action="store_true",
+                        help="also probe each op a decoder runs on its own, each framework's mode off and on: which "
+                             "of the library kernels are batch-variant (sizes of an 8B model's layer on a GPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cost", metavar="BATCHES",
                         help="also time a forward pass and a training step, the mode off and on, at these batch sizes "
@@ -373,12 +393,14 @@ def main(argv=None) -> int:
     if not frameworks or set(frameworks) - {"torch", "jax"}:
         print(f"--frameworks {args.frameworks!r}: valid: torch, jax", file=sys.stderr)
         return 2
-    if args.layers < 1 or args.length < 1:
-        print("--layers and --length must be at least 1", file=sys.stderr)
+    sizes = dict(layers=args.layers, length=args.length, dim=args.dim, heads=args.heads, hidden=args.hidden,
+                 vocab=args.vocab)
+    if min(sizes.values()) < 1 or args.dim % args.heads:
+        print(f"{sizes}: every size must be at least 1, and --heads must divide --dim", file=sys.stderr)
         return 2
-    record = run(Decoder(layers=args.layers, length=args.length), batches, frameworks, args.seed,
+    record = run(Decoder(**sizes), batches, frameworks, args.seed,
                  progress=lambda message: print(message, file=sys.stderr, flush=True), cost_batches=cost_batches,
-                 repeats=args.repeats)
+                 repeats=args.repeats, ops=args.ops)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1, default=str))

@@ -23,14 +23,18 @@ def float64_product(a, b):
     return (a.double()[:, :, None] * b.double()[None, :, :]).cumsum(dim=1)[:, -1]
 
 
-def split_k_below_8_rows(data):
-    """A planted batch-variant port: below 8 rows it sums K in two halves, each rounded to 16 bits (as cuBLAS splits K
-    at small M)."""
-    a, b, _ = data
-    if a.shape[0] >= 8:
-        return float64_product(a, b).to(a.dtype)
-    half = a.shape[1] // 2
-    return float64_product(a[:, :half], b[:half]).to(a.dtype) + float64_product(a[:, half:], b[half:]).to(a.dtype)
+def split_k_below(rows: int):
+    """A planted batch-variant port: below `rows` rows it sums K in two halves, each rounded to 16 bits (as cuBLAS
+    splits K at small M)."""
+    def port(data):
+        a, b, _ = data
+        if a.shape[0] >= rows:
+            return float64_product(a, b).to(a.dtype)
+        half = a.shape[1] // 2
+        return (float64_product(a[:, :half], b[:half]).to(a.dtype)
+                + float64_product(a[:, half:], b[half:]).to(a.dtype))
+
+    return port
 
 
 def assert_close_to_float64(output, expected):
@@ -110,7 +114,7 @@ def test_the_port_is_the_fastest_registered_one_this_machine_runs():
 def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
     # the invariance check is not vacuous: a planted port that splits K for small batches (as cuBLAS does), each half
     # rounded to 16 bits, gives rows that differ from the whole batch's
-    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
+    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     x, w = half(12, 48, seed=1), half(48, 40, seed=2)
     assert not torch.equal(x[:2] @ w, (x @ w)[:2])
 
@@ -337,7 +341,7 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
 
 
 @pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],
-                                       ["--layers", "0"]])
+                                       ["--layers", "0"], ["--dim", "30", "--heads", "4"]])
 def test_the_decoder_proof_refuses_bad_arguments_with_code_2(arguments, capsys):
     from compare.__main__ import main
 
@@ -349,9 +353,22 @@ def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     # (M = 8) sum in different orders, and the proof fails
     from compare.invariance import Decoder, run
 
-    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below_8_rows))
+    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
     assert not record["passed"] and not record["frameworks"]["torch"]["on"][2]["logits"]
+
+
+def test_the_op_probe_names_a_batch_variant_kernel(monkeypatch):
+    # the probe's verdicts can fail: a planted port that splits K below 16 rows makes the mode's matmul variant (a
+    # sequence of 8 tokens alone: 8 rows; in a batch of two: 16), while the row kernels stay invariant
+    pytest.importorskip("jax")
+    from compare.invariance_ops import CPU_SIZES, probe, table
+
+    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(16)))
+    ops = probe(["torch"], DEVICE == "cuda", [1, 2], progress=lambda _: None, sizes=CPU_SIZES)
+    verdicts = ops["verdicts"]["torch"]
+    assert verdicts["matmul"]["on"] == "variant at B=2" and verdicts["softmax"]["on"] == "invariant"
+    assert any("matmul" in line and "variant" in line for line in table(ops))
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernel")
