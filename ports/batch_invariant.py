@@ -5,17 +5,18 @@
     with bi.batch_invariant():  # or bi.enable() ... bi.disable()
         logits = model(tokens)  # each row's bits whatever the batch it runs in
 
-Inside the mode, `aten::mm`, `aten::addmm` and `aten::bmm` run on a matmul port, which sums every output element over
-K in one fixed order whatever M is (no split-K): `torch.matmul`, `@`, `F.linear` and their backward passes decompose
-into those three, so a row of a product has the same bits alone or in any batch, in the forward pass and in the
+Inside the mode, `aten::mm`, `aten::addmm`, `aten::bmm` and `aten::baddbmm` run on a matmul port, which sums every
+output element over K in one fixed order whatever M is (no split-K): `torch.matmul`, `@`, `F.linear`, `einsum` and
+their backward passes decompose into those, so a row of a product has the same bits alone or in any batch, in the forward pass and in the
 gradient of the activations. The port is the fastest that this machine runs among those registered for torch
 (`PORT_ORDER`: Gluon on Hopper, Triton on other GPUs and, through its interpreter, on a CPU); the ports give the same
 bits as each other, so the choice never changes a result.
 
 What the mode does not cover, it refuses: a product in another dtype than bfloat16 or float16 (or of two dtypes)
 raises `NotCovered` naming the op, and so does one on a CPU tensor on a machine with a GPU, or in bfloat16 on a CPU
-(Triton's interpreter misreads bfloat16 and returns garbage; float16 runs); it never falls back to a
-library kernel, which would be batch-variant without saying so. `bmm` runs every matrix of its batch in one launch of
+(Triton's interpreter misreads bfloat16 and returns garbage; float16 runs); so do the products it has no kernel
+for (`REFUSED`: matrix-vector and vector products, convolutions, scaled and integer products, the out= and in-place
+forms). It never falls back to a library kernel, which would be batch-variant without saying so. `bmm` runs every matrix of its batch in one launch of
 the Triton port's batched kernel (the same tiles as a product alone, on a second grid axis).
 
 The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
@@ -38,14 +39,9 @@ from typing import Callable
 
 import torch
 
-COVERED = ("aten::mm", "aten::addmm", "aten::bmm",  # torch.matmul, @ and F.linear decompose into these
-           "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
-           "aten::_log_softmax_backward_data", "aten::mean.dim", "aten::sum", "aten::sum.dim_IntList",
-           "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_fused_rms_norm",
-           "aten::_fused_rms_norm_backward", "aten::scaled_dot_product_attention")
-NOT_COVERED = ("dropout in scaled_dot_product_attention (refused)", "softmax over another dimension than the last "
-               "(refused)", "float64 and complex products and sums (refused)", "group_norm, batch_norm, convolutions "
-               "(torch's kernels run)")
+# torch's own kernels run for these inside the mode (listed in the README); what else it cannot cover it refuses
+NOT_COVERED = ("group_norm", "batch_norm", "cumsum and the reductions other than sum and mean (maxima and minima are "
+               "exact in any order)")
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -114,12 +110,16 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
     """beta bias + alpha (a @ b), the product and the sum in float32 and rounded once, as a fused epilogue does."""
     _check("addmm", bias, a, b)
-    total = _product(a, b, "float32")
+    return _epilogue(_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
+
+
+def _epilogue(total: torch.Tensor, bias: torch.Tensor, beta, alpha) -> torch.Tensor:
+    """beta bias + alpha total, in float32."""
     if alpha != 1:
         total = total * alpha
     if beta != 0:
         total = total + (bias.float() if beta == 1 else beta * bias.float())
-    return total.to(a.dtype)
+    return total
 
 
 @functools.cache
@@ -131,13 +131,36 @@ def _batched_port() -> Callable:
     return spec.WORKLOAD.implementation("triton").load("batched_matmul")
 
 
-def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a [B, M, K] @ b [B, K, N], every product in one launch, each one's bits those of the product alone."""
-    _check("bmm", a, b)
+def _batched_product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
+    """a [B, M, K] @ b [B, K, N], every product in one launch, each one's bits those of the product alone, in a's
+    dtype (out "same") or float32; empty sizes without a launch."""
+    dtype = a.dtype if out == "same" else torch.float32
     if min(a.shape[0], a.shape[1], a.shape[2], b.shape[2]) == 0:
-        return torch.zeros((a.shape[0], a.shape[1], b.shape[2]), device=a.device, dtype=a.dtype)
+        return torch.zeros((a.shape[0], a.shape[1], b.shape[2]), device=a.device, dtype=dtype)
     _interpreter_ready(a.device)
-    return _batched_port()(a, b, "same")
+    return _batched_port()(a, b, out)
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    _check("bmm", a, b)
+    return _batched_product(a, b, "same")
+
+
+def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
+    """beta bias + alpha (a @ b) for batches of products (attention's scores plus a mask in some models), rounded
+    once as `_addmm`."""
+    _check("baddbmm", bias, a, b)
+    return _epilogue(_batched_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
+
+
+def _refused(op: str) -> Callable:
+    """A kernel for an op the mode does not cover but must not leave to torch (a product: batch-variant library
+    kernels): it raises NotCovered."""
+    def refuse(*args, **kwargs):
+        raise NotCovered(f"batch-invariant mode: {op} is not covered (torch's kernel may be batch-variant); write "
+                         "it with the covered ops (mm, addmm, bmm, baddbmm, matmul, linear), or leave the mode")
+
+    return refuse
 
 
 REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -287,6 +310,22 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     return torch.softmax(scores, -1).to(query.dtype) @ value
 
 
+KERNELS = {  # op -> the mode's kernel, on the CPU and CUDA dispatch keys
+    "aten::mm": _mm, "aten::addmm": _addmm, "aten::bmm": _bmm, "aten::baddbmm": _baddbmm,
+    "aten::_softmax": _softmax, "aten::_log_softmax": functools.partial(_softmax, log=True),
+    "aten::_softmax_backward_data": _softmax_backward,
+    "aten::_log_softmax_backward_data": functools.partial(_softmax_backward, log=True),
+    "aten::mean.dim": _mean, "aten::sum.dim_IntList": _sum, "aten::sum": _sum,
+    "aten::native_layer_norm": _layer_norm, "aten::native_layer_norm_backward": _layer_norm_backward,
+    "aten::_fused_rms_norm": _rms_norm, "aten::_fused_rms_norm_backward": _rms_norm_backward,
+}
+COVERED = (*KERNELS, "aten::scaled_dot_product_attention")  # torch.matmul, @, F.linear decompose into the products
+# products the mode has no kernel for, and the out= and in-place forms of those it has: refused, not left to torch
+REFUSED = ("aten::mm.out", "aten::addmm.out", "aten::addmm_", "aten::bmm.out", "aten::baddbmm.out", "aten::baddbmm_",
+           "aten::addbmm", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::addr",
+           "aten::_addmm_activation", "aten::_scaled_mm", "aten::_int_mm", "aten::convolution")
+
+
 def active() -> bool:
     return _library is not None
 
@@ -301,20 +340,10 @@ def enable() -> None:
     with warnings.catch_warnings():  # torch warns that a registered kernel is overridden: that is the mode
         warnings.simplefilter("ignore", UserWarning)
         for key in ("CPU", "CUDA"):
-            library.impl("aten::mm", _mm, key)
-            library.impl("aten::addmm", _addmm, key)
-            library.impl("aten::bmm", _bmm, key)
-            library.impl("aten::_softmax", _softmax, key)
-            library.impl("aten::_log_softmax", functools.partial(_softmax, log=True), key)
-            library.impl("aten::_softmax_backward_data", _softmax_backward, key)
-            library.impl("aten::_log_softmax_backward_data", functools.partial(_softmax_backward, log=True), key)
-            library.impl("aten::mean.dim", _mean, key)
-            library.impl("aten::sum.dim_IntList", _sum, key)
-            library.impl("aten::sum", _sum, key)
-            library.impl("aten::native_layer_norm", _layer_norm, key)
-            library.impl("aten::native_layer_norm_backward", _layer_norm_backward, key)
-            library.impl("aten::_fused_rms_norm", _rms_norm, key)
-            library.impl("aten::_fused_rms_norm_backward", _rms_norm_backward, key)
+            for op, kernel in KERNELS.items():
+                library.impl(op, kernel, key)
+            for op in REFUSED:
+                library.impl(op, _refused(op), key)
         for key in ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA"):  # above autograd: its backward is autograd's
             library.impl("aten::scaled_dot_product_attention", _attention, key)
     _library = library

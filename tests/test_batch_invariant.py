@@ -81,6 +81,19 @@ def test_an_uncovered_dtype_is_refused_naming_the_op(mode):
         F.linear(half(4, 8, seed=6), half(3, 8, seed=7), torch.zeros(3, device=DEVICE))
 
 
+def test_products_without_a_kernel_are_refused_and_baddbmm_is_covered(mode):
+    a, b, c = half(3, 5, 16, seed=11), half(3, 16, 4, seed=12), half(3, 5, 4, seed=13)
+    for name, call in {"aten::mv": lambda: a[0] @ b[0, :, 0], "aten::dot": lambda: a[0, 0] @ a[0, 1],
+                       "aten::mm.out": lambda: torch.mm(a[0], b[0], out=c[0].clone()),
+                       "aten::convolution": lambda: F.conv1d(a, b.transpose(1, 2))}.items():
+        with pytest.raises(bi.NotCovered, match=name):
+            call()
+    scores = torch.baddbmm(c, a, b, alpha=0.5)  # attention's scores plus a mask, as some models write it
+    assert torch.equal(torch.baddbmm(c[:1], a[:1], b[:1], alpha=0.5), scores[:1])
+    expected = torch.stack([0.5 * float64_product(a[i], b[i]) + c[i].double() for i in range(3)])
+    assert_close_to_float64(scores, expected)
+
+
 def test_leaving_the_mode_restores_torchs_kernels_exactly():
     a, b = half(6, 16, seed=8), half(16, 8, seed=9)
     before = a @ b
