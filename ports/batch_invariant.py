@@ -7,8 +7,8 @@
 
 Inside the mode, `aten::mm`, `aten::addmm`, `aten::bmm` and `aten::baddbmm` run on a matmul port, which sums every
 output element over K in one fixed order whatever M is (no split-K): `torch.matmul`, `@`, `F.linear`, `einsum` and
-their backward passes decompose into those, so a row of a product has the same bits alone or in any batch, in the forward pass and in the
-gradient of the activations. The port is the fastest that this machine runs among those registered for torch
+their backward passes decompose into those, so a row of a product has the same bits alone or in any batch, in the
+forward pass and in the gradient of the activations. The port is the fastest that this machine runs among those registered for torch
 (`PORT_ORDER`: Gluon on Hopper, Triton on other GPUs and, through its interpreter, on a CPU); the ports give the same
 bits as each other, so the choice never changes a result.
 
@@ -16,8 +16,9 @@ What the mode does not cover, it refuses: a product in another dtype than bfloat
 raises `NotCovered` naming the op, and so does one on a CPU tensor on a machine with a GPU, or in bfloat16 on a CPU
 (Triton's interpreter misreads bfloat16 and returns garbage; float16 runs); so do the products it has no kernel
 for (`REFUSED`: matrix-vector and vector products, convolutions, scaled and integer products, the out= and in-place
-forms). It never falls back to a library kernel, which would be batch-variant without saying so. `bmm` runs every matrix of its batch in one launch of
-the Triton port's batched kernel (the same tiles as a product alone, on a second grid axis).
+forms). It never falls back to a library kernel, which would be batch-variant without saying so. `bmm` runs every
+matrix of its batch in one launch of the Triton port's batched kernel (the same tiles as a product alone, on a
+second grid axis).
 
 The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
 alone (triton_kernels.row_reductions), in float32, bfloat16 or float16, forward and backward: `softmax` and
