@@ -8,9 +8,9 @@
 Inside the mode, `aten::mm`, `aten::addmm`, `aten::bmm` and `aten::baddbmm` run on a matmul port, which sums every
 output element over K in one fixed order whatever M is (no split-K): `torch.matmul`, `@`, `F.linear`, `einsum` and
 their backward passes decompose into those, so a row of a product has the same bits alone or in any batch, in the
-forward pass and in the gradient of the activations. The port is the fastest that this machine runs among those registered for torch
-(`PORT_ORDER`: Gluon on Hopper, Triton on other GPUs and, through its interpreter, on a CPU); the ports give the same
-bits as each other, so the choice never changes a result.
+forward pass and in the gradient of the activations. The port is the fastest that this machine runs among those
+registered for torch (`PORT_ORDER`: Gluon on Hopper, Triton on other GPUs and, through its interpreter, on a CPU);
+the ports give the same bits as each other, so the choice never changes a result.
 
 What the mode does not cover, it refuses: a product in another dtype than bfloat16 or float16 (or of two dtypes)
 raises `NotCovered` naming the op, and so does one on a CPU tensor on a machine with a GPU, or in bfloat16 on a CPU
