@@ -1,8 +1,8 @@
 """The eigh ports stage by stage, each stage module of both ports on its own: the on-chip Jacobi's stop, the
 tridiagonalisation (an orthogonal similarity, in one launch and over launches, in small tiles and many panels), the
 input's checks in the first kernel, bisection, inverse iteration through swapped rows and wide shift groups, the
-clusters' Gram-Schmidt, the repair of spoiled vectors, the back-transformation, the heuristics and register caps,
-and a stage varied as a copy of its port's package.
+clusters' Gram-Schmidt, the repair of spoiled vectors, the back-transformation, divide and conquer for T (the Triton
+port's candidate), the heuristics and register caps, and a stage varied as a copy of its port's package.
 """
 import importlib
 import pathlib
@@ -225,6 +225,62 @@ def test_vectors_of_a_long_chained_cluster(port):
     d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
     values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(1, device=DEVICE))
     assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
+
+
+def divide_and_conquer_figures(d, e):
+    """The Triton port's divide and conquer on (d, e) [batch, n], e's last entry unused: per T, the residual
+    max |T z_i - lambda_i z_i| / (n eps ||T||), the orthogonality ||Z Z^T - I||_1 / (n eps) and the eigenvalues' error
+    / (n eps max(|lambda|, 1)) against float64 (the eigh gates' units)."""
+    z, values, scaled = stage_module("triton", "divide_conquer").solve(d.to(DEVICE), e.to(DEVICE),
+                                                                       2 * torch.ones(len(d), device=DEVICE))
+    assert torch.equal(scaled, 2 * values)
+    t = tridiagonal(d, e).to(DEVICE)
+    z, values = z.double(), values.double()
+    unit = d.shape[1] * spec.EPS
+    norm = t.abs().sum(dim=1).amax(dim=1)
+    exact = torch.linalg.eigvalsh(t)
+    residual = (z @ t - values[:, :, None] * z).abs().sum(dim=2).amax(dim=1) / (unit * norm)
+    orthogonality = (z @ z.transpose(1, 2) - torch.eye(d.shape[1], device=DEVICE)).abs().sum(dim=1).amax(dim=1) / unit
+    error = (values - exact).abs().amax(dim=1) / (unit * exact.abs().amax(dim=1).clamp_min(1))
+    return residual.tolist(), orthogonality.tolist(), error.tolist()
+
+
+def test_divide_and_conquer_gives_ts_eigenpairs():
+    # T's eigenpairs by divide and conquer (the candidate of issue 55) far inside the gates (200, 100, 200): a random
+    # T, glued Wilkinson matrices (W21 three times, glue 1e-6: eigenvalue pairs alike to about 12 digits, where
+    # inverse iteration needs its Gram-Schmidt), a diagonal (every entry of z deflates) and one of equal diagonals
+    # (close pairs deflated by rotation). n = 63: merges of 31 and 32 rows, whose halves differ in height.
+    gen = torch.Generator().manual_seed(7)
+    n = 63
+    d, e = torch.randn(4, n, generator=gen), torch.randn(4, n, generator=gen)
+    wilkinson = (torch.arange(21) - 10).abs().float()
+    d[1], e[1] = wilkinson.repeat(3), torch.ones(n)
+    e[1, 20::21] = 1e-6
+    e[2] = 0.0
+    d[3], e[3] = torch.ones(n), 1e-7 * e[3]
+    e[:, -1] = 0.0
+    residual, orthogonality, error = divide_and_conquer_figures(d, e)
+    assert max(residual) < 2 and max(orthogonality) < 2 and max(error) < 1, (residual, orthogonality, error)
+
+
+@SLOW
+def test_divide_and_conquer_on_a_long_chained_cluster():
+    # the T of test_vectors_of_a_long_chained_cluster (358 eigenvalues chained, 78 gaps below 10 eps ||T||), on which
+    # inverse iteration's shift groups once left residuals of 2200 eps ||T||
+    data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
+    residual, orthogonality, error = divide_and_conquer_figures(data["d"][None], data["e"][None])
+    assert residual[0] < 2 and orthogonality[0] < 2 and error[0] < 1, (residual, orthogonality, error)
+
+
+def test_the_triton_port_with_divide_and_conquer_passes_the_check(monkeypatch):
+    # the whole port (reduction, divide and conquer, back-transformation) with T's eigenpairs by divide and conquer,
+    # as the H200's A/B will run it (a copy of the package with EIGENVECTORS changed)
+    import triton_kernels.eigh as port
+    monkeypatch.setattr(port, "EIGENVECTORS", "divide_conquer")
+    for family in ("psd", "clustered"):
+        a = spec.make_inputs(spec._case(1, 66, 2, 93, family), 93, DEVICE)
+        verdict = spec.check(a, port.eigh(a), spec.reference(a))
+        assert verdict.passed and verdict.errors["orthogonality_scaled"] < 5, (family, verdict)
 
 
 WIDE_SHIFT_GROUPS = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_wide_shift_groups.pt")

@@ -3,7 +3,8 @@
 n <= 64: the on-chip Jacobi (`jacobi`), one program per matrix with the matrix in registers; the launcher sorts
 the eigenvalues (glue).
 
-n > 64: the LAPACK dsytrd + dstebz + dstein route, each stage written for batches of matrices:
+n > 64: the LAPACK dsytrd + dstebz + dstein route (or, for steps 2 and 3, dstedc's divide and conquer:
+`divide_conquer`, chosen by EIGENVECTORS), each stage written for batches of matrices:
 1. `tridiagonal`: Householder reflectors T = H^T (A / max|A|) H, in one launch or over launches;
 2. `bisection`: T's eigenvalues from Sturm counts, one lane per eigenvalue;
 3. `inverse_iteration`: T's eigenvectors, INVERSE_ITERATIONS rounds, each followed by the clusters' block
@@ -26,16 +27,24 @@ import torch.nn.functional as F
 
 from ports.eigh import check_shape
 from ports.eigh_common import CUDA_GRAPH_SHAPES, JACOBI_MAX_N, check_offsets, jacobi_size, shares_the_sms
-from . import back_transform, bisection, inverse_iteration, jacobi, tridiagonal
+from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 from .common import check_bounds
+
+# T's eigenpairs: "inverse_iteration" (bisection, inverse iteration, the clusters' Gram-Schmidt, the repair), or
+# "divide_conquer" (`divide_conquer`: the candidate of issue 55, to be A/B'd on the H200 as a copy of this package
+# with this line changed, results/h200/NOTES.md)
+EIGENVECTORS = "inverse_iteration"
 
 
 def _tridiagonal(a: torch.Tensor):
-    """(Q, L, the checks' bounds) by tridiagonalisation, bisection, inverse iteration and back-transformation
+    """(Q, L, the checks' bounds) by tridiagonalisation, T's eigenpairs (`EIGENVECTORS`) and back-transformation
     (n > 64)."""
     w, d, e, tau, scale, bounds = tridiagonal.reduce(a)  # T = H^T (A / scale) H: d, e; H's reflectors in w, tau
-    values, norm, eigenvalues = bisection.eigenvalues(d, e, scale)  # T's, then times scale: A's
-    z = inverse_iteration.vectors(d, e, values, norm)  # T's eigenvectors as rows
+    if EIGENVECTORS == "divide_conquer":
+        z, _, eigenvalues = divide_conquer.solve(d, e, scale)  # T's eigenvectors as rows, A's eigenvalues
+    else:
+        values, norm, eigenvalues = bisection.eigenvalues(d, e, scale)  # T's, then times scale: A's
+        z = inverse_iteration.vectors(d, e, values, norm)  # T's eigenvectors as rows
     return back_transform.apply(w, tau, z), eigenvalues, bounds.amax(dim=(0, 1))
 
 
