@@ -238,10 +238,15 @@ def _order_kernel(q, q_next, values_next, merges, perm, dsort, livepos, lam, des
     tl.store(values_next + matrix * n + start + rank, value.to(tl.float32), mask=inside)
     block = q + matrix * n * n + start * n + start
     block_next = q_next + matrix * n * n + start * n + start
-    for p in range(0, k):  # the deflated pairs' columns, as they are
-        if tl.load(livepos + base + p) < 0:
-            column = tl.load(block + idx * n + tl.load(perm + base + p), mask=inside, other=0.0)
-            tl.store(block_next + idx * n + tl.load(dest + base + p), column, mask=inside)
+    tl.debug_barrier()  # dest, as this program stored it
+    for c0 in range(0, k, CH):  # the deflated pairs' columns, as they are, CH at a time
+        cols = c0 + tl.arange(0, CH)
+        deflated = (cols < k) & (tl.load(livepos + base + cols, mask=cols < k, other=0) < 0)
+        moved = inside[:, None] & deflated[None, :]
+        columns = tl.load(block + idx[:, None] * n + tl.load(perm + base + cols, mask=deflated, other=0)[None, :],
+                          mask=moved, other=0.0)
+        tl.store(block_next + idx[:, None] * n + tl.load(dest + base + cols, mask=deflated, other=0)[None, :],
+                 columns, mask=moved)
 
 
 @triton.jit
