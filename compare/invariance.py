@@ -157,10 +157,20 @@ class TorchRunner:
 
         return bi.batch_invariant() if invariant else contextlib.nullcontext()
 
-    def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+    def _logits(self, tokens: np.ndarray, invariant: bool):
         inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
         with self._mode(invariant), self.torch.no_grad():
-            return decoder_torch(self.model, self.weights, inputs).float().cpu().numpy()
+            return decoder_torch(self.model, self.weights, inputs)
+
+    def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
+        return self._logits(tokens, invariant).float().cpu().numpy()
+
+    def forward(self, tokens: np.ndarray, invariant: bool) -> None:
+        """A forward pass to the logits on the device, waited for (not copied to the host: the cost compares the
+        passes, not a copy that both pay alike)."""
+        self._logits(tokens, invariant)
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
 
     def input_gradients(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
         torch = self.torch
@@ -230,6 +240,9 @@ class JaxRunner:
     def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
         return np.asarray(self._logits[invariant](self.weights, self.jnp.asarray(tokens)))
 
+    def forward(self, tokens: np.ndarray, invariant: bool) -> None:
+        self.jax.block_until_ready(self._logits[invariant](self.weights, self.jnp.asarray(tokens)))
+
     def input_gradients(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
         return np.asarray(self._gradients[invariant](self.weights, self.jnp.asarray(tokens)))
 
@@ -266,8 +279,8 @@ def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant:
 
 
 def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
-    """Per batch size, the median host time of a forward pass (to the logits on the host) and of a training step
-    (every weight's gradient), the mode off and on, after one untimed call of each."""
+    """Per batch size, the median host time of a forward pass (to the logits on the device, waited for) and of a
+    training step (every weight's gradient), the mode off and on, after one untimed call of each."""
     from compare.timing import median_after_warm_up
 
     def median_ms(call):
@@ -277,7 +290,7 @@ def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
     for batch in batches:
         rows = tokens[np.arange(batch) % len(tokens)]
         entries[batch] = {f"{what}_ms": {mode: median_ms(lambda: step(rows, mode == "on")) for mode in ("off", "on")}
-                          for what, step in (("forward", runner.logits), ("step", runner.train_step))}
+                          for what, step in (("forward", runner.forward), ("step", runner.train_step))}
     return entries
 
 
