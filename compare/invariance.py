@@ -13,8 +13,9 @@ framework, with its mode off and on (`ports.batch_invariant`, `ports.batch_invar
   embedded input, in the batch against alone (a weight's gradient sums over the batch, so it is batch-variant by
   definition and not compared).
 
-Then, with both modes on, the torch and JAX logits of the whole batch, bit for bit; where they differ, the first
-intermediate (in the order the decoder computes them) that differs for the first sequence names the op. With
+Then, with both modes on, the torch and JAX logits and input gradients of the whole batch, bit for bit; where the
+logits differ, the first intermediate (in the order the decoder computes them) that differs for the first sequence
+names the op. With
 `--cost 1,8,64,256` it also times a forward pass and a training step (every weight's gradient) at those batch sizes,
 the mode off and on: the median host time of `--repeats` calls, each waited for. With `--ops` it also probes each
 op a decoder runs (products, softmax, sums, norms, attention) on its own at a larger model's sizes, a sequence alone
@@ -325,8 +326,12 @@ def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0
     if set(frameworks) == {"torch", "jax"}:
         progress("torch against JAX, both modes on ...")
         equal = np.array_equal(built["torch"].logits(tokens, True), built["jax"].logits(tokens, True))
+        gradients = [built[name].input_gradients(tokens, True) for name in ("torch", "jax")]
+        gradient_equal = np.array_equal(*gradients)
         record["cross"] = {"logits_equal": equal, "first_difference": None if equal else first_difference(
-            built["torch"].trace(tokens[:1]), built["jax"].trace(tokens[:1]))}
+            built["torch"].trace(tokens[:1]), built["jax"].trace(tokens[:1])),
+            "gradient_equal": gradient_equal,
+            "gradient_max_abs_diff": 0.0 if gradient_equal else float(np.max(np.abs(gradients[0] - gradients[1])))}
     if cost_batches:
         record["cost"] = {}
         for name, runner in built.items():
@@ -356,6 +361,8 @@ def table(record: dict) -> str:
                      f"differ; first at {difference['op']} ({difference['elements_differing']} of "
                      f"{difference['elements']} elements, up to {difference['max_abs_diff']:.3g})"
                      if difference else "differ"))
+        lines.append("torch and JAX input gradients (a training step's backward pass), modes on: " + (
+            "the same bits" if cross["gradient_equal"] else f"differ, up to {cross['gradient_max_abs_diff']:.3g}"))
     if record.get("cost"):
         note = "" if record["mode"] == "gpu" else " (CPU interpreters: NOT GPU timings)"
         lines.append(f"cost, median host ms, mode off -> on{note}:")
