@@ -42,6 +42,19 @@ TILE_K = 32
 
 
 @triton.jit
+def _reread(pointer):
+    """A load of what this program stored itself (after a barrier): through L2, where a line in L1 may be stale, as
+    the other eigh kernels read back what they wrote."""
+    return tl.load(pointer, cache_modifier=".cg")
+
+
+@triton.jit
+def _reread_masked(pointer, mask):
+    """`_reread` of a block, the masked entries 0."""
+    return tl.load(pointer, mask=mask, other=0, cache_modifier=".cg")
+
+
+@triton.jit
 def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, counts, rhos, n, eps,
                     K: tl.constexpr, CH: tl.constexpr):
     matrix, m = tl.program_id(0).to(tl.int64), tl.program_id(1)
@@ -68,8 +81,7 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
     tl.store(dsort + base + rank, d.to(tl.float64), mask=inside)
     tl.store(zsort + base + rank, z.to(tl.float64), mask=inside)
     tl.debug_barrier()
-    ds = tl.load(dsort + base + idx, mask=inside, other=0.0)
-    zs = tl.load(zsort + base + idx, mask=inside, other=0.0)
+    ds, zs = _reread_masked(dsort + base + idx, inside), _reread_masked(zsort + base + idx, inside)
     norm2 = tl.sum(zs * zs, axis=0)
     rho = tl.abs(beta).to(tl.float64) * norm2
     zs = zs / tl.sqrt(norm2)
@@ -81,30 +93,30 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
     # the last entry kept, in order: a close pair's two columns turned so that one z entry vanishes
     last = tl.full([], -1, tl.int32)
     for p in range(0, k):
-        if tl.load(live + base + p) != 0:
+        if _reread(live + base + p) != 0:
             if last >= 0:
-                z_last, z_p = tl.load(zsort + base + last), tl.load(zsort + base + p)
+                z_last, z_p = _reread(zsort + base + last), _reread(zsort + base + p)
                 r = tl.sqrt(z_last * z_last + z_p * z_p)
                 c, s = z_p / r, -z_last / r
-                d_last, d_p = tl.load(dsort + base + last), tl.load(dsort + base + p)
+                d_last, d_p = _reread(dsort + base + last), _reread(dsort + base + p)
                 if tl.abs((d_p - d_last) * c * s) <= tol:
                     tl.store(zsort + base + last, 0.0)
                     tl.store(zsort + base + p, r)
                     tl.store(dsort + base + last, d_last * c * c + d_p * s * s)
                     tl.store(dsort + base + p, d_last * s * s + d_p * c * c)
                     tl.store(live + base + last, 0)
-                    col_last, col_p = tl.load(perm + base + last), tl.load(perm + base + p)
-                    q_last = tl.load(block + idx * n + col_last, mask=inside, other=0.0).to(tl.float64)
-                    q_p = tl.load(block + idx * n + col_p, mask=inside, other=0.0).to(tl.float64)
+                    col_last, col_p = _reread(perm + base + last), _reread(perm + base + p)
+                    q_last = _reread_masked(block + idx * n + col_last, inside).to(tl.float64)
+                    q_p = _reread_masked(block + idx * n + col_p, inside).to(tl.float64)
                     tl.store(block + idx * n + col_last, (c * q_last + s * q_p).to(tl.float32), mask=inside)
                     tl.store(block + idx * n + col_p, (c * q_p - s * q_last).to(tl.float32), mask=inside)
                     tl.debug_barrier()
             last = p
     tl.debug_barrier()
-    keep = tl.load(live + base + idx, mask=inside, other=0) != 0
+    keep = _reread_masked(live + base + idx, inside) != 0
     position = tl.cumsum(keep.to(tl.int32), axis=0) - 1
-    tl.store(cd + base + position, tl.load(dsort + base + idx, mask=inside, other=0.0), mask=keep)
-    tl.store(cz + base + position, tl.load(zsort + base + idx, mask=inside, other=0.0), mask=keep)
+    tl.store(cd + base + position, _reread_masked(dsort + base + idx, inside), mask=keep)
+    tl.store(cz + base + position, _reread_masked(zsort + base + idx, inside), mask=keep)
     tl.store(cidx + base + position, idx, mask=keep)
     tl.store(livepos + base + idx, tl.where(keep, position, -1), mask=inside)
     tl.store(counts + matrix * tl.num_programs(1) + m, tl.sum(keep.to(tl.int32), axis=0))
@@ -238,14 +250,14 @@ def _order_kernel(q, q_next, values_next, merges, perm, dsort, livepos, lam, des
     tl.store(values_next + matrix * n + start + rank, value.to(tl.float32), mask=inside)
     block = q + matrix * n * n + start * n + start
     block_next = q_next + matrix * n * n + start * n + start
-    tl.debug_barrier()  # dest, as this program stored it
+    tl.debug_barrier()  # dest, as this program stored it (read through L2: a line in L1 may be stale)
     for c0 in range(0, k, CH):  # the deflated pairs' columns, as they are, CH at a time
         cols = c0 + tl.arange(0, CH)
         deflated = (cols < k) & (tl.load(livepos + base + cols, mask=cols < k, other=0) < 0)
         moved = inside[:, None] & deflated[None, :]
         columns = tl.load(block + idx[:, None] * n + tl.load(perm + base + cols, mask=deflated, other=0)[None, :],
                           mask=moved, other=0.0)
-        tl.store(block_next + idx[:, None] * n + tl.load(dest + base + cols, mask=deflated, other=0)[None, :],
+        tl.store(block_next + idx[:, None] * n + _reread_masked(dest + base + cols, deflated)[None, :],
                  columns, mask=moved)
 
 
