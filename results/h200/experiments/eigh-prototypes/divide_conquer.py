@@ -2,7 +2,7 @@
 as the replacement of bisection, inverse iteration, the clusters' Gram-Schmidt and the repair (issue 55).
 
     python results/h200/experiments/eigh-prototypes/divide_conquer.py [--n 512] [--matrices 4] [--leaf 32]
-        [--families psd,clustered] [--first-seed 7000] [--special] [--corpus FILE.pt]
+        [--families psd,clustered] [--first-seed 7000] [--special] [--corpus FILE.pt] [--steps 64]
 
 The shape a GPU port would have:
 - Leaves of `leaf` rows solved on chip (here: LAPACK's float32 solver; in the ports, the on-chip Jacobi).
@@ -190,6 +190,7 @@ def special_tridiagonals(n: int = 512) -> dict[str, tuple[np.ndarray, np.ndarray
 
 
 def main(argv=None) -> int:
+    global BISECTION_STEPS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=512)
     parser.add_argument("--matrices", type=int, default=4, help="matrices a family")
@@ -198,14 +199,17 @@ def main(argv=None) -> int:
     parser.add_argument("--first-seed", type=int, default=7000)
     parser.add_argument("--special", action="store_true", help="also the hard tridiagonals (glued Wilkinson, ...)")
     parser.add_argument("--corpus", help="also the T's of a saved corpus (a list of dicts with d, e, figures)")
+    parser.add_argument("--steps", type=int, default=BISECTION_STEPS, help="bisection steps a root (default 64)")
     args = parser.parse_args(argv)
+    BISECTION_STEPS = args.steps
     sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
     from ports import eigh as spec
 
     families = args.families.split(",") if args.families else sorted(
         {case["family"] for case in spec.TEST_CASES + spec.BENCH_CASES})
 
-    print(f"divide and conquer, n={args.n}, leaf={args.leaf}, {args.matrices} matrices a family; figures: worst "
+    print(f"divide and conquer, n={args.n}, leaf={args.leaf}, {args.steps} bisection steps, {args.matrices} matrices "
+          "a family; figures: worst "
           "over the family, as multiples of the gates' units (gates: residual 200, orthogonality 100, eigenvalues 200)")
     print(f"{'family':34} {'residual':>9} {'orthog.':>9} {'eigenv.':>9} {'seconds':>8}")
     worst_all = 0.0
