@@ -249,12 +249,13 @@ def test_divide_and_conquer_gives_ts_eigenpairs():
     # T's eigenpairs by divide and conquer (the candidate of issue 55) far inside the gates (200, 100, 200): a random
     # T, glued Wilkinson matrices (W21 three times, glue 1e-6: eigenvalue pairs alike to about 12 digits, where
     # inverse iteration needs its Gram-Schmidt), a diagonal (every entry of z deflates) and one of equal diagonals
-    # (close pairs deflated by rotation). n = 63: merges of 31 and 32 rows, whose halves differ in height.
+    # (close pairs deflated by rotation, across the halves too: columns on both halves' rows). n = 64: the products'
+    # tiles take the top and the bottom rows apart (the whole port's test below has halves of unequal sizes).
     gen = torch.Generator().manual_seed(7)
-    n = 63
+    n = 64
     d, e = torch.randn(4, n, generator=gen), torch.randn(4, n, generator=gen)
     wilkinson = (torch.arange(21) - 10).abs().float()
-    d[1], e[1] = wilkinson.repeat(3), torch.ones(n)
+    d[1], e[1] = torch.cat([wilkinson.repeat(3), torch.tensor([5.0])]), torch.ones(n)
     e[1, 20::21] = 1e-6
     e[2] = 0.0
     d[3], e[3] = torch.ones(n), 1e-7 * e[3]
@@ -274,7 +275,8 @@ def test_divide_and_conquer_on_a_long_chained_cluster():
 
 def test_the_triton_port_with_divide_and_conquer_passes_the_check(monkeypatch):
     # the whole port (reduction, divide and conquer, back-transformation) with T's eigenpairs by divide and conquer,
-    # as the H200's A/B will run it (a copy of the package with EIGENVECTORS changed)
+    # as the H200's A/B will run it (a copy of the package with EIGENVECTORS changed); n = 66: halves of 33 rows,
+    # whose halves (16 and 17) differ in height, and product tiles across the halves' rows
     import triton_kernels.eigh as port
     monkeypatch.setattr(port, "EIGENVECTORS", "divide_conquer")
     for family in ("psd", "clustered"):

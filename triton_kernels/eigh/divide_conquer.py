@@ -18,7 +18,8 @@ kernel):
    without any Gram-Schmidt: zhat_j^2 = prod_i (lambda_i - d_j) / (d_i - d_j) (i = j: rho), in float64.
 4. `_vectors_kernel`: U's columns zhat_j / (d_j - lambda_i), normalised, rounded to float32.
 5. `_order_kernel`: the merge's eigenvalues (the roots and the deflated D) sorted, the deflated columns copied.
-6. `_product_kernel`: the merge's new vectors Q U for the roots' columns, the level's one O(k^3) work.
+6. `_product_kernel`: the merge's new vectors Q U for the roots' columns, the level's one O(k^3) work, each row
+   tile over only the columns that live on its rows.
 Every difference lambda_i - d_j is formed from the root's offset and the exact difference of two float32 poles,
 never from two rounded eigenvalues. The CPU prototype with the same steps, and what it measured against the gates:
 results/h200/experiments/eigh-prototypes/divide_conquer.py, results/h200/NOTES.md.
@@ -57,8 +58,8 @@ def _reread_masked(pointer, mask):
 
 
 @triton.jit
-def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, counts, rhos, n, eps,
-                    K: tl.constexpr, CH: tl.constexpr):
+def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind, by_kind, splits,
+                    counts, rhos, n, eps, K: tl.constexpr, CH: tl.constexpr):
     matrix, m = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, n1, k = tl.load(merges + 3 * m), tl.load(merges + 3 * m + 1), tl.load(merges + 3 * m + 2)
     base = (matrix * tl.num_programs(1) + m) * K
@@ -82,6 +83,7 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
     tl.store(perm + base + rank, idx, mask=inside)
     tl.store(dsort + base + rank, d.to(tl.float64), mask=inside)
     tl.store(zsort + base + rank, z.to(tl.float64), mask=inside)
+    tl.store(kind + base + rank, tl.where(left, 0, 2), mask=inside)  # the rows a column lives on: top 0, bottom 2
     tl.debug_barrier()
     ds, zs = _reread_masked(dsort + base + idx, inside), _reread_masked(zsort + base + idx, inside)
     norm2 = tl.sum(zs * zs, axis=0)
@@ -107,6 +109,8 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
                     tl.store(dsort + base + last, d_last * c * c + d_p * s * s)
                     tl.store(dsort + base + p, d_last * s * s + d_p * c * c)
                     tl.store(live + base + last, 0)
+                    kind_p = _reread(kind + base + p)  # a column turned with one of the other half's lives on both
+                    tl.store(kind + base + p, tl.where(kind_p == _reread(kind + base + last), kind_p, 1))
                     col_last, col_p = _reread(perm + base + last), _reread(perm + base + p)
                     q_last = _reread_masked(block + idx * n + col_last, inside).to(tl.float64)
                     q_p = _reread_masked(block + idx * n + col_p, inside).to(tl.float64)
@@ -121,6 +125,15 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
     tl.store(cz + base + position, _reread_masked(zsort + base + idx, inside), mask=keep)
     tl.store(cidx + base + position, idx, mask=keep)
     tl.store(livepos + base + idx, tl.where(keep, position, -1), mask=inside)
+    # the kept columns by the rows they live on (top, both, bottom), for the product's block structure
+    kinds = _reread_masked(kind + base + idx, inside)
+    top, both = tl.sum((keep & (kinds == 0)).to(tl.int32), axis=0), tl.sum((keep & (kinds == 1)).to(tl.int32), axis=0)
+    for v in tl.static_range(3):
+        chosen = keep & (kinds == v)
+        first = 0 if v == 0 else (top if v == 1 else top + both)
+        tl.store(by_kind + base + first + tl.cumsum(chosen.to(tl.int32), axis=0) - 1, position, mask=chosen)
+    tl.store(splits + 2 * (matrix * tl.num_programs(1) + m), top)
+    tl.store(splits + 2 * (matrix * tl.num_programs(1) + m) + 1, top + both)
     tl.store(counts + matrix * tl.num_programs(1) + m, tl.sum(keep.to(tl.int32), axis=0))
     tl.store(rhos + matrix * tl.num_programs(1) + m, rho)
 
@@ -264,27 +277,33 @@ def _order_kernel(q, q_next, values_next, merges, perm, dsort, livepos, lam, des
 
 
 @triton.jit
-def _product_kernel(q, q_next, merges, perm, cidx, counts, dest, u, n, merge_count, K: tl.constexpr,
+def _product_kernel(q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, merge_count, K: tl.constexpr,
                     TILE: tl.constexpr, TILE_K: tl.constexpr, PRECISION: tl.constexpr):
+    """A TILE x TILE tile of the merge's new vectors: rows of the block times the roots' columns of U, over the
+    kept columns that live on those rows (a tile of top rows skips the columns that live on the bottom ones, and
+    the other way round: about half the products of a dense k x k x k, as LAPACK's dlaed3 groups the columns)."""
     program = tl.program_id(0).to(tl.int64)
     matrix, m = program // merge_count, program % merge_count
-    start, k = tl.load(merges + 3 * m), tl.load(merges + 3 * m + 2)
+    start, n1, k = tl.load(merges + 3 * m), tl.load(merges + 3 * m + 1), tl.load(merges + 3 * m + 2)
     merge = matrix * merge_count + m
     base = merge * K
     count = tl.load(counts + merge)
     rows = tl.program_id(1) * TILE + tl.arange(0, TILE)
     roots = tl.program_id(2) * TILE + tl.arange(0, TILE)
     if tl.program_id(2) * TILE < count:
+        low = tl.where(tl.program_id(1) * TILE >= n1, tl.load(splits + 2 * merge), 0)
+        high = tl.where((tl.program_id(1) + 1) * TILE <= n1, tl.load(splits + 2 * merge + 1), count)
         block = q + matrix * n * n + start * n + start
         acc = tl.zeros([TILE, TILE], tl.float32)
-        for s0 in range(0, count, TILE_K):
-            s = s0 + tl.arange(0, TILE_K)
-            column = tl.load(perm + base + tl.load(cidx + base + s, mask=s < count, other=0), mask=s < count,
-                             other=0)
-            a = tl.load(block + rows[:, None] * n + column[None, :], mask=(rows < k)[:, None] & (s < count)[None, :],
+        for t0 in range(low, high, TILE_K):
+            t = t0 + tl.arange(0, TILE_K)
+            there = t < high
+            s = tl.load(by_kind + base + t, mask=there, other=0)
+            column = tl.load(perm + base + tl.load(cidx + base + s, mask=there, other=0), mask=there, other=0)
+            a = tl.load(block + rows[:, None] * n + column[None, :], mask=(rows < k)[:, None] & there[None, :],
                         other=0.0)
             b = tl.load(u + merge * K * K + s[:, None] * K + roots[None, :],
-                        mask=(s < count)[:, None] & (roots < count)[None, :], other=0.0)
+                        mask=there[:, None] & (roots < count)[None, :], other=0.0)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         target = tl.load(dest + base + tl.load(cidx + base + roots, mask=roots < count, other=0), mask=roots < count,
                          other=0)
@@ -338,14 +357,15 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         def scratch(dtype, *shape):
             return torch.empty(batch, count, *shape, device=d.device, dtype=dtype)
 
-        perm, live, livepos, cidx, origin, dest = (scratch(torch.int32, block) for _ in range(6))
+        perm, live, livepos, cidx, origin, dest, kind, by_kind = (scratch(torch.int32, block) for _ in range(8))
+        splits = scratch(torch.int32, 2)
         dsort, zsort, cd, cz, taus, zhat, lam = (scratch(torch.float64, block) for _ in range(7))
         counts, rhos = scratch(torch.int32), scratch(torch.float64)
         u = scratch(torch.float32, block, block)
         # the merge-wide kernels compare [block, chunk] tiles: about 4096 entries, and 8 warps from 512 rows
         ranked, warps = max(2, min(CHUNK, 4096 // block)), 4 if block <= 256 else 8
-        _prepare_kernel[(batch, count)](q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, counts,
-                                        rhos, n, EPS, K=block, CH=ranked, num_warps=warps)
+        _prepare_kernel[(batch, count)](q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind,
+                                        by_kind, splits, counts, rhos, n, EPS, K=block, CH=ranked, num_warps=warps)
         lanes, chunk = min(ROOTS, block), min(CHUNK, block)
         roots = (batch, count, triton.cdiv(block, lanes))
         _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=lanes, CH=chunk, STEPS=SECULAR_STEPS)
@@ -354,10 +374,12 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         q_next, values_next = q.clone(), values.clone()  # the blocks that no merge of this level touches
         _order_kernel[(batch, count)](q, q_next, values_next, merges, perm, dsort, livepos, lam, dest, n, K=block,
                                       CH=ranked, num_warps=warps)
-        tile, tile_k = max(16, min(TILE, block)), max(16, min(TILE_K, block))  # tl.dot's least is 16
+        # tiles of at most half the block, so that a merge of two equal halves has no tile across them; tl.dot's
+        # least is 16
+        tile, tile_k = max(16, min(TILE, block // 2)), max(16, min(TILE_K, block))
         tiles = triton.cdiv(block, tile)
         _product_kernel[(batch * count, tiles, tiles)](
-            q, q_next, merges, perm, cidx, counts, dest, u, n, count, K=block, TILE=tile, TILE_K=tile_k,
-            PRECISION=PRECISION)
+            q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=tile,
+            TILE_K=tile_k, PRECISION=PRECISION)
         q, values = q_next, values_next
     return q.transpose(1, 2).contiguous(), values, values * scale[:, None]
