@@ -58,6 +58,11 @@ def _reread_masked(pointer, mask):
 
 
 @triton.jit
+def _maximum(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind, by_kind, splits,
                     counts, rhos, n, eps, K: tl.constexpr, CH: tl.constexpr):
     matrix, m = tl.program_id(0).to(tl.int64), tl.program_id(1)
@@ -93,10 +98,18 @@ def _prepare_kernel(q, values, e, merges, perm, dsort, zsort, live, livepos, cd,
     keep = inside & (tl.abs(rho * zs) > tol)
     tl.store(zsort + base + idx, tl.where(keep, zs, 0.0), mask=inside)
     tl.store(live + base + idx, keep.to(tl.int32), mask=inside)
+    # each kept entry's kept predecessor (a running maximum, read back one place on): where no such pair is close,
+    # no rotation happens and the pass in order below is skipped (most merges of most matrices)
+    tl.store(livepos + base + idx, tl.associative_scan(tl.where(keep, idx, -1), 0, _maximum), mask=inside)
     tl.debug_barrier()
+    previous = _reread_masked(livepos + base + idx - 1, inside & (idx > 0)) + tl.where(idx > 0, 0, -1)
+    z_previous = _reread_masked(zsort + base + previous, keep & (previous >= 0))
+    d_previous = _reread_masked(dsort + base + previous, keep & (previous >= 0))
+    pair = tl.sqrt(z_previous * z_previous + zs * zs)
+    close = keep & (previous >= 0) & (tl.abs((ds - d_previous) * (zs / pair) * (z_previous / pair)) <= tol)
     # the last entry kept, in order: a close pair's two columns turned so that one z entry vanishes
     last = tl.full([], -1, tl.int32)
-    for p in range(0, k):
+    for p in range(0, tl.where(tl.max(close.to(tl.int32), axis=0) > 0, k, 0)):
         if _reread(live + base + p) != 0:
             if last >= 0:
                 z_last, z_p = _reread(zsort + base + last), _reread(zsort + base + p)
