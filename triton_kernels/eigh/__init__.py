@@ -59,7 +59,8 @@ def _jacobi(a: torch.Tensor):
     return vectors.gather(-1, order.unsqueeze(-2).expand(batch, n, n)), values, bounds.amax(dim=0)
 
 
-_GRAPHS: OrderedDict = OrderedDict()  # (path, shape, device) -> (CUDA graph, its input, its outputs), newest last
+# (path, EIGENVECTORS, shape, device) -> (CUDA graph, its input, its outputs), newest last
+_GRAPHS: OrderedDict = OrderedDict()
 
 
 def _replayed(path, a: torch.Tensor):
@@ -68,7 +69,7 @@ def _replayed(path, a: torch.Tensor):
     column; four a Gram-Schmidt panel from n = 512; for n <= 64 the pad's, the Jacobi's, the sort's, the gather's and
     the bounds') cost one
     launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
-    key = (path, tuple(a.shape), a.device)
+    key = (path, EIGENVECTORS, tuple(a.shape), a.device)
     if key not in _GRAPHS:
         static_input = a.clone()
         path(static_input)  # compiles every kernel before the capture

@@ -10,8 +10,8 @@ kernel):
 1. `_prepare_kernel`, one program a merge: D (the halves' eigenvalues) merged into one sorted order, z = Q^T v
    (the last row of the left half's vectors, the first of the right's), rho = |beta| |z|^2, z normalised; the
    deflation: a z entry below tol = 8 eps max(|D|, rho) drops out (its pair is already an eigenpair), and two
-   entries of D closer than tol after a Givens rotation of their columns of Q drop one (a pass in order); the rest
-   compacted.
+   entries of D closer than tol after a Givens rotation of their columns of Q drop one (a pass in order, run only
+   where some kept pair is that close); the rest compacted, and sorted apart by the rows their columns live on.
 2. `_secular_kernel`: each root of 1 + rho sum z_j^2 / (d_j - x) in float64, by SECULAR_STEPS bisection steps on
    its offset from the nearer pole (no convergence test: nothing data-dependent, nothing that can diverge).
 3. `_zhat_kernel`: Gu and Eisenstat's z, for which the computed roots are exact, so that the vectors are orthogonal
