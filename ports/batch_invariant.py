@@ -79,6 +79,12 @@ def port_for(device: torch.device) -> tuple[str, Callable]:
     return _ports[device.type]
 
 
+@functools.cache
+def _has_gpu() -> bool:
+    """Whether this machine has a CUDA GPU: metadata, asked once rather than on every op."""
+    return torch.cuda.is_available()
+
+
 def _check(op: str, *tensors: torch.Tensor, dtypes_taken=DTYPES) -> None:
     """NotCovered for what the kernels do not take: another dtype than bfloat16 or float16 (`dtypes_taken`), mixed
     dtypes, CPU tensors where the mode runs on a GPU, bfloat16 on a CPU."""
@@ -87,7 +93,7 @@ def _check(op: str, *tensors: torch.Tensor, dtypes_taken=DTYPES) -> None:
         raise NotCovered(f"batch-invariant mode: aten::{op} on {', '.join(sorted(map(str, dtypes)))} is not covered "
                          f"(the kernels take {', '.join(map(str, dtypes_taken))}, operands alike); cast, or leave the "
                          "mode")
-    if tensors[0].device.type == "cpu" and torch.cuda.is_available():
+    if tensors[0].device.type == "cpu" and _has_gpu():
         raise NotCovered(f"batch-invariant mode: aten::{op} on CPU tensors is not covered on a machine with a GPU")
     if tensors[0].device.type == "cpu" and torch.bfloat16 in dtypes:
         raise NotCovered(f"batch-invariant mode: aten::{op} on bfloat16 CPU tensors is not covered: Triton's "

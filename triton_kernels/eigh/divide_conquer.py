@@ -4,9 +4,8 @@ replacement of `bisection` and `inverse_iteration` (issue 55), written for batch
 T is torn at the middle of each segment, recursively, down to single rows: at a tear between rows j - 1 and j,
 beta = e[j - 1] leaves T as diag(T1', T2') + |beta| v v^T, v = e_{j-1} + sign(beta) e_j, T1' and T2' with |beta|
 taken from their touching diagonal entries. A single row is its own eigenpair. (Leaves of up to 32 rows solved by
-the on-chip Jacobi cost accuracy: T's eigenvalues 0.25 n eps off against 0.003 merged down to single rows, whose
-small merges cost little; results/h200/NOTES.md.) Each merge of a level (all merges of every matrix in one launch a
-kernel):
+the on-chip Jacobi cost accuracy against single rows, whose small merges cost little: results/h200/NOTES.md.) Each
+merge of a level (all merges of every matrix in one launch a kernel):
 1. `_prepare_kernel`, one program a merge: D (the halves' eigenvalues) merged into one sorted order, z = Q^T v
    (the last row of the left half's vectors, the first of the right's), rho = |beta| |z|^2, z normalised; the
    deflation: a z entry below tol = 8 eps max(|D|, rho) drops out (its pair is already an eigenpair), and two
@@ -35,8 +34,8 @@ import triton.language as tl
 from ports.eigh_common import BACK_TRANSFORM_PRECISION as PRECISION
 from .common import EPS
 
-# bisection steps a root: the root within 2^-40 of its half gap; the CPU prototype's figures are those of 64 steps
-# from 32 on (residual 0.48 at 32, 2.4 at 24, 46 at 16; the orthogonality never moves: Gu and Eisenstat's z)
+# bisection steps a root: the root within 2^-40 of its half gap, past where the prototype's residual settles
+# (results/h200/experiments/eigh-prototypes/divide-conquer-steps.txt)
 SECULAR_STEPS = 40
 ROOTS = 32  # roots (or poles) a program in the secular, z and vector kernels
 CHUNK = 64  # the other side's entries a step of those kernels' loops
