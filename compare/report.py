@@ -297,7 +297,7 @@ def _provenance_line(record: dict, path: str) -> str:
     versions = record.get("versions", {})
     return (f"`{path}`: {record.get('device')}, {record.get('started', '?')[:10]}, timer "
             f"{record.get('settings', {}).get('timer', 'host')}; torch {versions.get('torch')}, triton "
-            f"{versions.get('triton')}, jax {versions.get('jax')}; commit {made.get('commit') or 'not recorded'}"
+            f"{versions.get('triton')}, jax {versions.get('jax')}; commit {(made.get('commit') or '')[:7] or 'not recorded'}"
             + (" (with uncommitted changes)" if made.get("dirty") else ""))
 
 
