@@ -297,7 +297,8 @@ def _provenance_line(record: dict, path: str) -> str:
     versions = record.get("versions", {})
     return (f"`{path}`: {record.get('device')}, {record.get('started', '?')[:10]}, timer "
             f"{record.get('settings', {}).get('timer', 'host')}; torch {versions.get('torch')}, triton "
-            f"{versions.get('triton')}, jax {versions.get('jax')}; commit {(made.get('commit') or '')[:7] or 'not recorded'}"
+            f"{versions.get('triton')}, jax {versions.get('jax')}; commit "
+            f"{(made.get('commit') or '')[:7] or 'not recorded'}"
             + (" (with uncommitted changes)" if made.get("dirty") else ""))
 
 
@@ -327,10 +328,56 @@ def tests_line(root: Path) -> str:
             f"(`python -m compare.suite`, recorded in `{TESTS_RECORD}`).\n\n" + README_BLOCK_END)
 
 
+INVARIANCE_RECORD = "results/h200/invariance.json"  # `python -m compare invariance`'s run of record
+
+
+def _batch_verdicts(runs: dict) -> str:
+    """"the same bits" when every batch kept each sequence's logits and input gradient, else where they first moved."""
+    moved = [int(batch) for batch, verdict in runs.items() if not (verdict["logits"] and verdict["gradient"])]
+    return "the same bits" if not moved else f"variant from B = {min(moved)}"
+
+
+def _cross_verdict(cross: dict) -> str:
+    """torch against JAX with both modes on, in a sentence."""
+    if cross.get("logits_equal") and cross.get("gradient_equal"):
+        return "torch against JAX, both modes on: the same bits, logits and input gradients."
+    first = cross.get("first_difference")
+    return (f"torch against JAX, both modes on: logits {'the same' if cross.get('logits_equal') else 'differ'}"
+            + (f" (first at `{first['op']}`: {first['elements_differing']} of {first['elements']} elements, by up "
+               f"to {first['max_abs_diff']:.3g})" if first else "")
+            + f"; input gradients {'the same' if cross.get('gradient_equal') else 'differ'}.")
+
+
+def invariance_lines(root: Path) -> str:
+    """The batch-invariant modes' verdicts and cost from the invariance run of record (README.md and REPORT.md)."""
+    record = json.loads((root / INVARIANCE_RECORD).read_text())
+    model, cost = record["model"], record.get("cost", {})
+    versions = record.get("versions", {})
+    batches = sorted(int(batch) for batch in record["batches"])
+    started = (record.get("started") or "")[:10] or "date not recorded"
+    lines = [f"`{INVARIANCE_RECORD}`: {record.get('device')}, {started}; "
+             f"torch {versions.get('torch')}, triton {versions.get('triton')}, jax {versions.get('jax')}; commit "
+             f"{(record.get('commit') or '')[:7] or 'not recorded'}. A {record['dtype']} decoder ({model['layers']} "
+             f"layers, width {model['dim']}, {model['heads']} heads, {model['length']} tokens): each sequence's "
+             f"logits and input gradient alone and in batches of {batches[1]} to {batches[-1]}; the cost is the mode's "
+             "median host time over torch's or XLA's own. " + _cross_verdict(record["cross"]), "",
+             "| framework | mode off | mode on | forward, mode on / off | training step, mode on / off |",
+             "|---|---|---|---|---|"]
+    for framework, modes in record["frameworks"].items():
+        ratios = {kind: " · ".join(f"B = {batch}: {times[kind]['on'] / times[kind]['off']:.2f}x"
+                                   for batch, times in cost.get(framework, {}).items())
+                  for kind in ("forward_ms", "step_ms")}
+        lines.append(f"| {framework} | {_batch_verdicts(modes['off'])} | {_batch_verdicts(modes['on'])} | "
+                     f"{ratios['forward_ms'] or '-'} | {ratios['step_ms'] or '-'} |")
+    return "\n".join(lines)
+
+
 def readme_with_tables(text: str, root: Path) -> str:
     """README.md's text with every generated block replaced by the table (or line) its JSON gives now."""
     blocks = {path: lambda workload=workload: headline(workload, root) for workload, path in RUNS_OF_RECORD.items()}
     blocks[TESTS_RECORD] = lambda: tests_line(root)
+    blocks[INVARIANCE_RECORD] = lambda: (README_BLOCK.format(path=INVARIANCE_RECORD) + "\n\n" + invariance_lines(root)
+                                         + "\n\n" + README_BLOCK_END)
     for path, generate in blocks.items():
         start = text.find(README_BLOCK.format(path=path))
         if start < 0:
@@ -369,7 +416,25 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
             chart = charts / f"{workload}-report.png"
             plot(record, chart)
             parts += [f"![{workload}]({chart.name})", ""]
+    if (root / INVARIANCE_RECORD).exists():
+        parts += ["## batch-invariant modes", "", invariance_lines(root), "", ops_markdown(root), ""]
     return "\n".join(parts)
+
+
+def ops_markdown(root: Path) -> str:
+    """The invariance run's op-by-op verdicts: each op alone, a sequence alone against in a batch, modes off and on."""
+    ops = json.loads((root / INVARIANCE_RECORD).read_text()).get("ops")
+    if not ops:
+        return "No op-by-op probe in this run (`--ops`)."
+    sizes = ", ".join(f"{name} {value}" for name, value in ops["sizes"].items())
+    columns = [(framework, mode) for framework in ops["verdicts"] for mode in ("off", "on")]
+    rows = [f"Each op alone ({sizes}), a sequence alone against in a batch of up to {max(ops['batches'])}:", "",
+            "| op | " + " | ".join(f"{framework} {mode}" for framework, mode in columns) + " |",
+            "|---|" + "---|" * len(columns)]
+    for op in next(iter(ops["verdicts"].values())):
+        rows.append(f"| {op} | " + " | ".join(ops["verdicts"][framework].get(op, {}).get(mode, "-")
+                                              for framework, mode in columns) + " |")
+    return "\n".join(rows)
 
 
 def write_report(root: Path) -> list[Path]:
