@@ -6,10 +6,15 @@ leaves exp and the division to XLA and sums on the Pallas row kernel. This compa
 1. the two modes' softmax, rounded to bfloat16 as the decoder rounds it, at row lengths 8 to 4096;
 2. the elementwise steps alone: Triton's exp (`tl.exp`, libdevice's `exp`) and division (`/`, `div_rn`) against
    XLA's and torch's, on 2^24 values;
-3. a copy of the Triton softmax kernel with libdevice's exp and a rounded division, against the JAX mode.
+3. the Triton row kernels' softmax with libdevice's exp and a rounded division (the module's text, changed in those
+   two places), against the JAX mode.
 
     python results/h200/experiments/batch-invariant/softmax_bits.py   (on a GPU)
 """
+import importlib.util
+import tempfile
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -18,7 +23,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from ports import batch_invariant, batch_invariant_jax
-from triton_kernels.row_reductions import _row_max, _chunk
+from triton_kernels import row_reductions
 
 N = 1 << 24
 LENGTHS = (8, 32, 128, 1024, 4096)
@@ -36,24 +41,22 @@ def _elementwise(x_ptr, s_ptr, exp_fast, exp_libdevice, div_fast, div_rn, BLOCK:
     tl.store(div_rn + offsets, tl.math.div_rn(x, s))
 
 
-@triton.jit
-def _softmax_rounded(x_ptr, y_ptr, cols, CHUNK: tl.constexpr):
-    """The row kernel's softmax with libdevice's exp and a correctly rounded division."""
-    row = tl.program_id(0).to(tl.int64)
-    x_ptr += row * cols
-    y_ptr += row * cols
-    offsets = tl.arange(0, CHUNK)
-    largest = _row_max(x_ptr, cols, CHUNK)
-    total = tl.zeros([CHUNK], tl.float32)
-    for start in range(0, cols, CHUNK):
-        chunk = tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=float("-inf")).to(tl.float32)
-        total += libdevice.exp(chunk - largest)
-    total_sum = tl.sum(total, axis=0)
-    for start in range(0, cols, CHUNK):
-        mask = start + offsets < cols
-        chunk = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
-        value = tl.math.div_rn(libdevice.exp(chunk - largest), total_sum)
-        tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=mask)
+def rounded_row_kernels():
+    """triton_kernels/row_reductions.py with libdevice's exp and a correctly rounded division in its softmax: the
+    module's own text, changed in those two places and loaded from a file (Triton compiles kernels from files)."""
+    source = Path(row_reductions.__file__).read_text()
+    changed = source.replace("tl.exp(chunk - largest) / total_sum",
+                             "tl.math.div_rn(libdevice.exp(chunk - largest), total_sum)")
+    changed = changed.replace("total += tl.exp(chunk - largest)", "total += libdevice.exp(chunk - largest)")
+    changed = changed.replace("import triton.language as tl\n",
+                              "import triton.language as tl\nfrom triton.language.extra import libdevice\n")
+    assert changed.count("libdevice.exp") == 2, "the row kernels' softmax changed: update this experiment"
+    path = Path(tempfile.mkdtemp()) / "row_reductions_rounded.py"
+    path.write_text(changed)
+    spec = importlib.util.spec_from_file_location("row_reductions_rounded", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def differing(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -83,14 +86,14 @@ def softmaxes():
     print(f"1. and 3. softmax of the same float32 rows ({ROWS} rows), rounded to bfloat16: elements whose bits differ "
           "from the JAX mode's")
     transformed = jax.jit(batch_invariant_jax.batch_invariant(lambda x: jax.nn.softmax(x, axis=-1)))
+    rounded_kernels = rounded_row_kernels()
     for cols in LENGTHS:
         generator = torch.Generator(device="cuda").manual_seed(cols)
         scores = 4 * torch.randn(ROWS, cols, device="cuda", generator=generator)
         jax_mode = torch.from_dlpack(transformed(jnp.from_dlpack(scores))).bfloat16()
         with batch_invariant.batch_invariant():
             torch_mode = torch.softmax(scores, -1).bfloat16()
-        rounded = torch.empty_like(scores)
-        _softmax_rounded[(ROWS,)](scores, rounded, cols, CHUNK=_chunk(cols))
+        rounded = rounded_kernels.softmax(scores, log=False, dtype=torch.float32)
         print(f"   length {cols:>5d}: torch mode {differing(torch_mode, jax_mode)}; "
               f"the kernel with libdevice exp and div_rn {differing(rounded.bfloat16(), jax_mode)}")
 
