@@ -173,9 +173,10 @@ def plot(record: dict, path) -> None:
 CALL_PARTS = (("kernel_ms", "kernels"), ("overhead_ms", "host path (own framework)"), ("bridge_ms", "from torch: bridge"))
 
 
-def has_call_parts(record: dict) -> bool:
-    """Whether the run split its calls into kernel time, host path and bridge (`--timer all`)."""
-    return any(r.kernel_ms is not None and r.overhead_ms is not None for r in results_of(record))
+def call_parts(record: dict) -> list[Result]:
+    """The ports' passing bench results whose calls the run split into kernel time and host path (`--timer all`)."""
+    return [r for r in results_of(record) if r.passed and r.case_set == "bench" and r.kernel_ms is not None
+            and r.overhead_ms is not None and ported_backend(r.backend)]
 
 
 def plot_call_parts(record: dict, path) -> None:
@@ -186,8 +187,7 @@ def plot_call_parts(record: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    split = [r for r in results_of(record) if r.passed and r.case_set == "bench" and r.kernel_ms is not None
-             and r.overhead_ms is not None and ported_backend(r.backend)]
+    split = call_parts(record)
     cases = list(dict.fromkeys(r.case for r in split))
     impls = _implementations(record)
     impls = [n for n in impls if any(r.impl == n for r in split)]
@@ -342,22 +342,30 @@ def per_implementation_markdown(record: dict, case_set: str = "bench") -> str:
     return "\n".join(lines)
 
 
+def _commit(made: dict) -> str:
+    """A record's commit, short, and whether the tree differed from it."""
+    return ((made.get("commit") or "")[:7] or "not recorded") + (" (with uncommitted changes)" if made.get("dirty")
+                                                                 else "")
+
+
 def _provenance_line(record: dict, path: str) -> str:
-    made = record.get("provenance") or {}
     versions = record.get("versions", {})
     return (f"`{path}`: {record.get('device')}, {record.get('started', '?')[:10]}, timer "
             f"{record.get('settings', {}).get('timer', 'host')}; torch {versions.get('torch')}, triton "
-            f"{versions.get('triton')}, jax {versions.get('jax')}; commit "
-            f"{(made.get('commit') or '')[:7] or 'not recorded'}"
-            + (" (with uncommitted changes)" if made.get("dirty") else ""))
+            f"{versions.get('triton')}, jax {versions.get('jax')}; commit {_commit(record.get('provenance') or {})}")
+
+
+def _generated(path: str, body: str) -> str:
+    """README.md's block generated from the JSON at `path`: its markers around `body`."""
+    return README_BLOCK.format(path=path) + "\n\n" + body + "\n\n" + README_BLOCK_END
 
 
 def headline(workload: str, root: Path) -> str:
     """A workload's README table: the bench medians of its run of record, with where they came from."""
     path = RUNS_OF_RECORD[workload]
     record = json.loads((root / path).read_text())
-    return (README_BLOCK.format(path=path) + "\n\n" + _provenance_line(record, path) + ". Median ms per call.\n\n"
-            + markdown_table(record) + "\n\n" + floor_note(record) + "\n\n" + README_BLOCK_END)
+    return _generated(path, _provenance_line(record, path) + ". Median ms per call.\n\n" + markdown_table(record)
+                      + "\n\n" + floor_note(record))
 
 
 TESTS_RECORD = "results/h200/tests.json"  # the last run of the whole suite on the GPU (`python -m compare.suite`)
@@ -366,16 +374,13 @@ TESTS_RECORD = "results/h200/tests.json"  # the last run of the whole suite on t
 def tests_line(root: Path) -> str:
     """README.md's line on the last GPU run of the whole test suite (or that none is recorded)."""
     if not (root / TESTS_RECORD).exists():
-        return (README_BLOCK.format(path=TESTS_RECORD) + "\n\n"
-                + "No GPU run of the whole test suite is recorded yet: `python -m compare.suite` on a GPU records "
-                f"one in `{TESTS_RECORD}`.\n\n" + README_BLOCK_END)
+        return _generated(TESTS_RECORD, "No GPU run of the whole test suite is recorded yet: `python -m compare.suite` "
+                          f"on a GPU records one in `{TESTS_RECORD}`.")
     record = json.loads((root / TESTS_RECORD).read_text())
-    commit = (record.get("commit") or "not recorded")[:7] + (" (with uncommitted changes)" if record.get("dirty")
-                                                             else "")
-    return (README_BLOCK.format(path=TESTS_RECORD) + "\n\n"
-            + f"The whole test suite last ran on an {record['device']} on {record['started'][:10]} at commit {commit}:"
-            f" {record['passed']} passed, {record['failed'] + record['errors']} failed, {record['skipped']} skipped "
-            f"(`python -m compare.suite`, recorded in `{TESTS_RECORD}`).\n\n" + README_BLOCK_END)
+    return _generated(TESTS_RECORD, f"The whole test suite last ran on an {record['device']} on "
+                      f"{record['started'][:10]} at commit {_commit(record)}: {record['passed']} passed, "
+                      f"{record['failed'] + record['errors']} failed, {record['skipped']} skipped "
+                      f"(`python -m compare.suite`, recorded in `{TESTS_RECORD}`).")
 
 
 INVARIANCE_RECORD = "results/h200/invariance.json"  # `python -m compare invariance`'s run of record
@@ -398,16 +403,15 @@ def _cross_verdict(cross: dict) -> str:
             + f"; input gradients {'the same' if cross.get('gradient_equal') else 'differ'}.")
 
 
-def invariance_lines(root: Path) -> str:
+def invariance_lines(record: dict) -> str:
     """The batch-invariant modes' verdicts and cost from the invariance run of record (README.md and REPORT.md)."""
-    record = json.loads((root / INVARIANCE_RECORD).read_text())
     model, cost = record["model"], record.get("cost", {})
     versions = record.get("versions", {})
     batches = sorted(int(batch) for batch in record["batches"])
     started = (record.get("started") or "")[:10] or "date not recorded"
     lines = [f"`{INVARIANCE_RECORD}`: {record.get('device')}, {started}; "
              f"torch {versions.get('torch')}, triton {versions.get('triton')}, jax {versions.get('jax')}; commit "
-             f"{(record.get('commit') or '')[:7] or 'not recorded'}. A {record['dtype']} decoder ({model['layers']} "
+             f"{_commit(record)}. A {record['dtype']} decoder ({model['layers']} "
              f"layers, width {model['dim']}, {model['heads']} heads, {model['length']} tokens): each sequence's "
              f"logits and input gradient alone and in batches of {batches[1]} to {batches[-1]}; the cost is the mode's "
              "median host time over torch's or XLA's own. " + _cross_verdict(record["cross"]), "",
@@ -426,8 +430,8 @@ def readme_with_tables(text: str, root: Path) -> str:
     """README.md's text with every generated block replaced by the table (or line) its JSON gives now."""
     blocks = {path: lambda workload=workload: headline(workload, root) for workload, path in RUNS_OF_RECORD.items()}
     blocks[TESTS_RECORD] = lambda: tests_line(root)
-    blocks[INVARIANCE_RECORD] = lambda: (README_BLOCK.format(path=INVARIANCE_RECORD) + "\n\n" + invariance_lines(root)
-                                         + "\n\n" + README_BLOCK_END)
+    blocks[INVARIANCE_RECORD] = lambda: _generated(
+        INVARIANCE_RECORD, invariance_lines(json.loads((root / INVARIANCE_RECORD).read_text())))
     for path, generate in blocks.items():
         start = text.find(README_BLOCK.format(path=path))
         if start < 0:
@@ -466,7 +470,7 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
             chart = charts / f"{workload}-report.png"
             plot(record, chart)
             parts += [f"![{workload}]({chart.name})", ""]
-            if has_call_parts(record):
+            if call_parts(record):
                 chart = charts / f"{workload}-call.png"
                 plot_call_parts(record, chart)
                 parts += ["Where a port's call goes, bench cases: each bar is the call from torch, its kernels' time, "
@@ -474,13 +478,14 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
                           "(`ports.custom_kernel`); each part a median, so the parts need not sum to a measured "
                           "total.", "", f"![{workload} call]({chart.name})", ""]
     if (root / INVARIANCE_RECORD).exists():
-        parts += ["## batch-invariant modes", "", invariance_lines(root), "", ops_markdown(root), ""]
+        record = json.loads((root / INVARIANCE_RECORD).read_text())
+        parts += ["## batch-invariant modes", "", invariance_lines(record), "", ops_markdown(record), ""]
     return "\n".join(parts)
 
 
-def ops_markdown(root: Path) -> str:
+def ops_markdown(record: dict) -> str:
     """The invariance run's op-by-op verdicts: each op alone, a sequence alone against in a batch, modes off and on."""
-    ops = json.loads((root / INVARIANCE_RECORD).read_text()).get("ops")
+    ops = record.get("ops")
     if not ops:
         return "No op-by-op probe in this run (`--ops`)."
     sizes = ", ".join(f"{name} {value}" for name, value in ops["sizes"].items())
