@@ -363,6 +363,9 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
     assert all(entry["logits"] and entry["gradient"] for framework in record["frameworks"].values()
                for entry in framework["on"].values())
     assert {"logits_equal", "gradient_equal"} <= set(record["cross"])
+    assert record["cost"]["torch"]["switch_ms"] > 0 and "switch_ms" not in record["cost"]["jax"]
+    assert record["command"].startswith("python -m compare invariance --batches 1,2 --layers 1")
+    assert record["commit"] and record["started"] and "sources" not in record  # what made the run
 
 
 @pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],
