@@ -171,6 +171,56 @@ def plot(record: dict, path) -> None:
     plt.close(fig)
 
 
+CALL_PARTS = (("kernel_ms", "kernels"), ("overhead_ms", "host path (own framework)"), ("bridge_ms", "from torch: bridge"))
+
+
+def has_call_parts(record: dict) -> bool:
+    """Whether the run split its calls into kernel time, host path and bridge (`--timer all`)."""
+    return any(r.kernel_ms is not None and r.overhead_ms is not None for r in results_of(record))
+
+
+def plot_call_parts(record: dict, path) -> None:
+    """Where a call's time goes: per bench case, each port's call from torch as stacked bars of its kernels'
+    time, its host path in its own framework and the bridge from torch, with the datasheet floor marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    split = [r for r in results_of(record) if r.passed and r.case_set == "bench" and r.kernel_ms is not None
+             and r.overhead_ms is not None and ported_backend(r.backend)]
+    cases = list(dict.fromkeys(r.case for r in split))
+    impls = _implementations(record)
+    impls = [n for n in impls if any(r.impl == n for r in split)]
+    columns = 2
+    rows = -(-len(cases) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(11, 1.0 + 0.32 * len(impls) * rows), squeeze=False)
+    colours = ("#1f4e79", "#6fa8dc", "#cfe2f3")
+    for ax, case in zip(axes.flat, cases):
+        by_impl = {r.impl: r for r in split if r.case == case}
+        names = [n for n in impls if n in by_impl]
+        left = [0.0] * len(names)
+        for (field, label), colour in zip(CALL_PARTS, colours):
+            widths = [max(getattr(by_impl[n], field) or 0.0, 0.0) for n in names]
+            ax.barh(names, widths, left=left, color=colour, label=label)
+            left = [x + w for x, w in zip(left, widths)]
+        floor = floor_ms(record, by_impl[names[0]])
+        if floor is not None:
+            ax.axvline(floor, color="black", linestyle="--", linewidth=1, label="datasheet floor")
+        ax.set_title(case, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per call", fontsize=7)
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.suptitle(f"{record['workload']} on {record['device']}: where a call's time goes (median parts)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # The runs each workload's headline table in README.md and REPORT.md comes from (paths relative to the project).
 RUNS_OF_RECORD = {
     "trimul": "results/h200/trimul.json",
@@ -420,6 +470,13 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
             chart = charts / f"{workload}-report.png"
             plot(record, chart)
             parts += [f"![{workload}]({chart.name})", ""]
+            if has_call_parts(record):
+                chart = charts / f"{workload}-call.png"
+                plot_call_parts(record, chart)
+                parts += ["Where a port's call goes, bench cases: each bar is the call from torch, its kernels' time, "
+                          "the rest of its call in its own framework (host path) and the bridge from torch "
+                          "(`ports.custom_kernel`); each part a median, so the parts need not sum to a measured "
+                          "total.", "", f"![{workload} call]({chart.name})", ""]
     if (root / INVARIANCE_RECORD).exists():
         parts += ["## batch-invariant modes", "", invariance_lines(root), "", ops_markdown(root), ""]
     return "\n".join(parts)

@@ -29,6 +29,9 @@ def test_report_has_each_workloads_tables_and_chart(tmp_path):
     assert "| triton and gluon | 30 of 30 cases |" in report
     assert "| torch | 18/18 | 0.0586 | 1.00x |" in report  # matmul's baseline, per implementation
     assert "| batch invariance | pass | pass | pass | pass | FAIL (at M = 1) | FAIL (at M = 1) |" in report
+    # a run that split its calls (--timer all) also shows where a port's call goes: kernels, host path, bridge
+    assert "![trimul call](trimul-call.png)" in report and (tmp_path / "trimul-call.png").stat().st_size > 0
+    assert "matmul call" not in report  # its run of record timed the kernels alone
 
 
 def test_report_command_takes_no_arguments_but_help(capsys):
