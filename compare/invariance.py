@@ -127,9 +127,10 @@ def decoder_jax(model: Decoder, weights: dict, inputs, trace: dict | None = None
         qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
         q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(0, 2, 1, 3)
                    for part in jnp.split(qkv, 3, axis=-1))
-        # attention as its definition, as the torch mode runs scaled_dot_product_attention: the scores rounded to
-        # the inputs' dtype, scaled and masked in float32
-        scores = keep(f"scores.{i}", (q @ k.transpose(0, 1, 3, 2)).astype(jnp.float32) * head_dim**-0.5)
+        # attention as its definition, as the torch mode runs scaled_dot_product_attention: the scores in float32,
+        # scaled and masked in float32
+        scores = keep(f"scores.{i}", jnp.matmul(q, k.transpose(0, 1, 3, 2), preferred_element_type=jnp.float32)
+                      * head_dim**-0.5)
         probs = keep(f"softmax.{i}", jax.nn.softmax(scores + causal, axis=-1).astype(x.dtype))
         attention = keep(f"attention.{i}", (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim))
         x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
