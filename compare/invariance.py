@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -125,9 +127,10 @@ def decoder_jax(model: Decoder, weights: dict, inputs, trace: dict | None = None
         qkv = keep(f"qkv.{i}", h @ weights[f"wqkv.{i}"])
         q, k, v = (part.reshape(batch, length, model.heads, head_dim).transpose(0, 2, 1, 3)
                    for part in jnp.split(qkv, 3, axis=-1))
-        # attention as its definition, as the torch mode runs scaled_dot_product_attention: the scores rounded to
-        # the inputs' dtype, scaled and masked in float32
-        scores = keep(f"scores.{i}", (q @ k.transpose(0, 1, 3, 2)).astype(jnp.float32) * head_dim**-0.5)
+        # attention as its definition, as the torch mode runs scaled_dot_product_attention: the scores in float32,
+        # scaled and masked in float32
+        scores = keep(f"scores.{i}", jnp.matmul(q, k.transpose(0, 1, 3, 2), preferred_element_type=jnp.float32)
+                      * head_dim**-0.5)
         probs = keep(f"softmax.{i}", jax.nn.softmax(scores + causal, axis=-1).astype(x.dtype))
         attention = keep(f"attention.{i}", (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim))
         x = keep(f"residual1.{i}", x + attention @ weights[f"wo.{i}"])
@@ -157,6 +160,13 @@ class TorchRunner:
         import ports.batch_invariant as bi
 
         return bi.batch_invariant() if invariant else contextlib.nullcontext()
+
+    held = _mode  # a serving loop enters the mode once: calls inside it only count the nesting
+
+    def switch(self) -> None:
+        """Enter and leave the mode (torch.library registers and drops its kernels)."""
+        with self._mode(True):
+            pass
 
     def _logits(self, tokens: np.ndarray, invariant: bool):
         inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
@@ -238,6 +248,12 @@ class JaxRunner:
         self._train_step = {False: jax.jit(train_step), True: jax.jit(batch_invariant(train_step))}
         self._batch_invariant = batch_invariant
 
+    def held(self, invariant: bool):
+        """Nothing to hold: the transformation is part of each jitted function."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def logits(self, tokens: np.ndarray, invariant: bool) -> np.ndarray:
         return np.asarray(self._logits[invariant](self.weights, self.jnp.asarray(tokens)))
 
@@ -279,18 +295,29 @@ def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant:
     return entries
 
 
+def per_batch(cost: dict) -> dict:
+    """A framework's cost entries by batch size (without the mode's switch time)."""
+    return {batch: entry for batch, entry in cost.items() if batch != "switch_ms"}
+
+
 def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
     """Per batch size, the median host time of a forward pass (to the logits on the device, waited for) and of a
-    training step (every weight's gradient), the mode off and on, after one untimed call of each."""
+    training step (every weight's gradient), the mode off and on, after one untimed call of each. The mode is held
+    across the timed calls, as a model that runs in it enters it once (torch: entering and leaving it, timed apart,
+    is `switch_ms`)."""
     from compare.timing import median_after_warm_up
 
-    def median_ms(call):
-        return median_after_warm_up(call, repeats) * 1e3
+    def median_ms(call, mode):
+        with runner.held(mode == "on"):
+            return median_after_warm_up(call, repeats) * 1e3
 
     entries = {}
+    if hasattr(runner, "switch"):
+        entries["switch_ms"] = median_after_warm_up(runner.switch, repeats) * 1e3
     for batch in batches:
         rows = tokens[np.arange(batch) % len(tokens)]
-        entries[batch] = {f"{what}_ms": {mode: median_ms(lambda: step(rows, mode == "on")) for mode in ("off", "on")}
+        entries[batch] = {f"{what}_ms": {mode: median_ms(lambda: step(rows, mode == "on"), mode)
+                                         for mode in ("off", "on")}
                           for what, step in (("forward", runner.forward), ("step", runner.train_step))}
     return entries
 
@@ -309,13 +336,16 @@ def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
 def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print,
         cost_batches: list[int] | None = None, repeats: int = 5, ops: bool = False) -> dict:
     from compare import gpu_or_interpreters
-    from compare.records import device_info, versions
+    from compare.records import device_info, provenance, versions
 
     on_gpu = gpu_or_interpreters()
     weights, tokens = model.weights(seed), model.tokens(max(batches), seed)
     runners = {"torch": TorchRunner, "jax": JaxRunner}
-    record = {"model": asdict(model), "batches": batches, **device_info(), "versions": versions(),
-              "dtype": "bfloat16" if on_gpu else "float16", "frameworks": {}}
+    made = provenance([])
+    made.pop("sources")
+    record = {"model": asdict(model), "batches": batches, **made, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              **device_info(), "versions": versions(), "dtype": "bfloat16" if on_gpu else "float16",
+              "frameworks": {}}
     built = {}
     for name in frameworks:
         built[name] = runners[name](model, weights, on_gpu)
@@ -367,7 +397,9 @@ def table(record: dict) -> str:
         note = "" if record["mode"] == "gpu" else " (CPU interpreters: NOT GPU timings)"
         lines.append(f"cost, median host ms, mode off -> on{note}:")
         for name, entries in record["cost"].items():
-            for batch, entry in entries.items():
+            if "switch_ms" in entries:
+                lines.append(f"  {name:6} entering and leaving the mode {entries['switch_ms']:.3g}")
+            for batch, entry in per_batch(entries).items():
                 lines.append(f"  {name:6} B={batch:<5} " + "  ".join(
                     f"{what[:-3]} {times['off']:.3g} -> {times['on']:.3g} ({times['on'] / times['off']:.2f}x)"
                     for what, times in entry.items()))
@@ -421,6 +453,8 @@ def main(argv=None) -> int:
     record = run(Decoder(**sizes), batches, frameworks, args.seed,
                  progress=lambda message: print(message, file=sys.stderr, flush=True), cost_batches=cost_batches,
                  repeats=args.repeats, ops=args.ops)
+    record = {"command": shlex.join(["python", "-m", "compare", "invariance",
+                                     *(sys.argv[2:] if argv is None else argv)]), **record}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1, default=str))

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from compare.invariance import per_batch
 from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
 from compare.result import Result, results_of
 from ports import ported_backend
@@ -414,12 +415,15 @@ def invariance_lines(record: dict) -> str:
              f"{_commit(record)}. A {record['dtype']} decoder ({model['layers']} "
              f"layers, width {model['dim']}, {model['heads']} heads, {model['length']} tokens): each sequence's "
              f"logits and input gradient alone and in batches of {batches[1]} to {batches[-1]}; the cost is the mode's "
-             "median host time over torch's or XLA's own. " + _cross_verdict(record["cross"]), "",
+             "median host time over torch's or XLA's own" + "".join(
+                 f" (the mode held; entering and leaving {framework}'s: {entries['switch_ms']:.3g} ms)"
+                 for framework, entries in cost.items() if "switch_ms" in entries)
+             + ". " + _cross_verdict(record["cross"]), "",
              "| framework | mode off | mode on | forward, mode on / off | training step, mode on / off |",
              "|---|---|---|---|---|"]
     for framework, modes in record["frameworks"].items():
         ratios = {kind: " · ".join(f"B = {batch}: {times[kind]['on'] / times[kind]['off']:.2f}x"
-                                   for batch, times in cost.get(framework, {}).items())
+                                   for batch, times in per_batch(cost.get(framework, {})).items())
                   for kind in ("forward_ms", "step_ms")}
         lines.append(f"| {framework} | {_batch_verdicts(modes['off'])} | {_batch_verdicts(modes['on'])} | "
                      f"{ratios['forward_ms'] or '-'} | {ratios['step_ms'] or '-'} |")

@@ -102,12 +102,12 @@ def store_tile(value, c_desc, row, col):
 
 @gluon.jit
 def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   B_TRANSPOSED: gl.constexpr, num_warps: gl.constexpr):
     TILE_M: gl.constexpr = c_desc.block_type.shape[0]
     TILE_N: gl.constexpr = c_desc.block_type.shape[1]
     pid = gl.program_id(0)
     tiles_m = gl.cdiv(a_desc.shape[0], TILE_M)
-    tiles_n = gl.cdiv(b_desc.shape[1], TILE_N)
+    tiles_n = gl.cdiv(c_desc.shape[1], TILE_N)
     per_group = GROUP_M * tiles_n
     first_m = (pid // per_group) * GROUP_M
     group_rows = min(tiles_m - first_m, GROUP_M)
@@ -115,7 +115,8 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
     col = ((pid % per_group) // group_rows) * TILE_N
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, TILE_N, 16])
-    acc = k_loop(a_desc, b_desc, row, col, K, gl.zeros([TILE_M, TILE_N], gl.float32, layout), STAGES, False)
+    acc = k_loop(a_desc, b_desc, row, col, K, gl.zeros([TILE_M, TILE_N], gl.float32, layout), STAGES,
+                 B_TRANSPOSED)
     store_tile(acc, c_desc, row, col)
 
 
@@ -161,11 +162,15 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     (m, k), n = a.shape, b.shape[1]
     tiles = tiles or gluon_tiling(m, n)
     padded_k, padded_n = -(-k // 8) * 8, -(-n // 8) * 8  # 16-byte rows for 2-byte inputs and any output
-    a, b = _tma_ready(a, m, padded_k), _tma_ready(b, padded_k, padded_n)
+    # B^T's rows are B's columns: a transposed B (a weight's W.t(), as F.linear passes it) is read as it lies
+    transposed = b.stride(0) == 1 and b.stride(1) != 1
+    a = _tma_ready(a, m, padded_k)
+    b_desc = (descriptor(_tma_ready(b.t(), padded_n, padded_k), [tiles.tile_n, tiles.tile_k]) if transposed
+              else descriptor(_tma_ready(b, padded_k, padded_n), [tiles.tile_k, tiles.tile_n]))
     c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
     a_rows = min(tiles.tile_m, max(8, triton.next_power_of_2(m)))  # A's rows that exist, to a power of two
-    _matmul_kernel[grid](descriptor(a, [a_rows, tiles.tile_k]), descriptor(b, [tiles.tile_k, tiles.tile_n]),
-                         descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m,
-                         STAGES=tiles.stages, num_warps=tiles.warps)
+    _matmul_kernel[grid](descriptor(a, [a_rows, tiles.tile_k]), b_desc, descriptor(c, [tiles.tile_m, tiles.tile_n]),
+                         padded_k, GROUP_M=tiles.group_m, STAGES=tiles.stages, B_TRANSPOSED=transposed,
+                         num_warps=tiles.warps)
     return c if padded_n == n else c[:, :n]

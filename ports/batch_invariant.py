@@ -26,8 +26,8 @@ alone (triton_kernels.row_reductions), in float32, bfloat16 or float16, forward 
 mean, or the fused op torch may run for it), over the last dimension(s). A sum or mean over other dimensions (a
 weight's gradient, a loss over the batch) runs on the same kernel over the transposed rows, in an order fixed by the
 sizes alone (a function of the batch by definition); an integer or boolean sum, exact in any order, runs as a
-cumulative sum. `scaled_dot_product_attention` runs as its definition on the mode's products and softmax (registered
-above autograd, in place of torch's choice among flash, memory-efficient, cuDNN and math kernels). Leaving the mode
+cumulative sum. `scaled_dot_product_attention` runs as its definition on the mode's products and softmax, its scores
+in float32 as flash attention keeps them (registered above autograd, in place of torch's choice among flash, memory-efficient, cuDNN and math kernels). Leaving the mode
 restores torch's kernels exactly (the overrides are one torch.library registration, destroyed on exit).
 """
 from __future__ import annotations
@@ -297,17 +297,38 @@ def _rms_norm_backward(g, x, normalized_shape, rstd, weight, output_mask):
     return grad_input, _parameter_gradients(g, x, cols, None, rstd.float(), weight, None, output_mask[1], False)[0]
 
 
+class _Scores(torch.autograd.Function):
+    """query @ key^T in float32 on the batched product, as flash attention keeps its scores. The backward pass rounds
+    the scores' gradient to the inputs' dtype, as flash attention rounds dS, and takes its two products on the mode's
+    bmm, in the forms the JAX transformation's product takes (dS @ key, and (query^T @ dS)^T for the key)."""
+
+    @staticmethod
+    def forward(ctx, query, key):
+        _check("scaled_dot_product_attention", query, key)
+        ctx.save_for_backward(query, key)
+        rows, cols, depth = query.shape[-2], key.shape[-2], query.shape[-1]
+        scores = _batched_product(query.reshape(-1, rows, depth), key.reshape(-1, cols, depth).transpose(1, 2),
+                                  "float32")
+        return scores.reshape(*query.shape[:-1], cols)
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key = ctx.saved_tensors
+        grad = grad.to(query.dtype)
+        return grad @ key, (query.transpose(-2, -1) @ grad).transpose(-2, -1)
+
+
 def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-    """scaled_dot_product_attention as its definition, on the mode's kernels: the scores by bmm (rounded to the
-    inputs' dtype), scaled and masked in float32, softmax on the row kernel, rounded, and bmm by the values; its
-    backward pass is autograd's through those ops. Registered above autograd, in place of torch's choice among
+    """scaled_dot_product_attention as its definition, on the mode's kernels: the scores in float32 (`_Scores`),
+    scaled and masked in float32, softmax on the row kernel, rounded to the inputs' dtype, and bmm by the values;
+    its backward pass is autograd's through those ops. Registered above autograd, in place of torch's choice among
     flash, memory-efficient, cuDNN and math kernels."""
     if dropout_p:
         raise NotCovered("batch-invariant mode: scaled_dot_product_attention with dropout is not covered")
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
-    scores = (query @ key.transpose(-2, -1)).float() * (query.shape[-1] ** -0.5 if scale is None else scale)
+    scores = _Scores.apply(query, key) * (query.shape[-1] ** -0.5 if scale is None else scale)
     if is_causal:
         above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
         scores = scores.masked_fill(above, float("-inf"))

@@ -107,7 +107,13 @@ def _per_row(params: dict, x) -> bool:
 
 def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
     """`lax.dot_general` on the port: the batch dimensions as one batch of products (one launch), the lhs's free
-    dimensions as rows."""
+    dimensions as rows. A float32 operand beside a 16-bit one is rounded to the 16-bit type first: that is how the
+    backward pass of a product kept in float32 (attention's scores) reaches dot_general, and flash attention and the
+    torch mode round the scores' gradient alike."""
+    narrow = next((dtype for dtype in DTYPES if {lhs.dtype, rhs.dtype} == {jnp.dtype(jnp.float32), jnp.dtype(dtype)}),
+                  None)
+    if narrow is not None:
+        lhs, rhs = lhs.astype(narrow), rhs.astype(narrow)
     if lhs.dtype != rhs.dtype or lhs.dtype not in DTYPES:
         raise NotCovered(f"batch_invariant: dot_general on {lhs.dtype} and {rhs.dtype} is not covered (the matmul "
                          "ports take bfloat16 or float16, both operands alike)")

@@ -215,10 +215,17 @@ def test_attention_is_invariant_and_right_forward_and_backward():
                 lambda rows: F.scaled_dot_product_attention(rows, k[:len(rows)], v[:len(rows)], **options), q)
         allowed = torch.ones(24, 24, dtype=torch.bool, device=DEVICE).tril() if options.get("is_causal") else mask
         scores = (q.double() @ k.double().transpose(-1, -2) / 4).masked_fill(~allowed, float("-inf"))
-        # the definition rounds the scores to the inputs' dtype: in bfloat16 a score near 16 is off by up to 1/16
-        # (half its unit), 1/64 after the scale, so a probability by up to about 1.6% (float16: 8 times less)
-        assert_close_to_float64(out, torch.softmax(scores, -1) @ v.double(),
-                                TOLERANCE * (4 if DTYPE == torch.bfloat16 else 1))
+        assert_close_to_float64(out, torch.softmax(scores, -1) @ v.double())  # the scores kept in float32
+        # the gradients of the query, key and value against float64's: the scores' backward on the port
+        operands = [x.clone().requires_grad_() for x in (q, k, v)]
+        operands64 = [x.double().requires_grad_() for x in (q, k, v)]
+        with bi.batch_invariant():
+            out = F.scaled_dot_product_attention(*operands, **options)
+            (out.float() * cotangent(out)).sum().backward()
+        scores = (operands64[0] @ operands64[1].transpose(-1, -2) / 4).masked_fill(~allowed, float("-inf"))
+        ((torch.softmax(scores, -1) @ operands64[2]) * cotangent(out).double()).sum().backward()
+        for operand, operand64 in zip(operands, operands64):
+            assert_close_to_float64(operand.grad, operand64.grad)
     with bi.batch_invariant(), pytest.raises(bi.NotCovered, match="dropout"):
         F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
 
@@ -315,6 +322,9 @@ def test_jax_refuses_what_it_does_not_cover():
     x, w = jax_inputs(4, 16, 8, seed=31)
     with pytest.raises(NotCovered, match="dot_general on float32"):
         batch_invariant(lambda a, b: a @ b)(x.astype(jnp.float32), w.astype(jnp.float32))
+    # a float32 operand beside a 16-bit one (a float32-out product's backward pass) is rounded to the 16-bit type
+    mixed = batch_invariant(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
+    assert bool(jnp.array_equal(mixed(x.astype(jnp.float32), w), mixed(x, w)))
     scanned = lambda a, b: jax.lax.scan(lambda carry, row: (carry, row @ b), 0.0, a)[1]  # noqa: E731
     with pytest.raises(NotCovered, match="inside scan"):
         batch_invariant(scanned)(x, w)
@@ -363,6 +373,9 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
     assert all(entry["logits"] and entry["gradient"] for framework in record["frameworks"].values()
                for entry in framework["on"].values())
     assert {"logits_equal", "gradient_equal"} <= set(record["cross"])
+    assert record["cost"]["torch"]["switch_ms"] > 0 and "switch_ms" not in record["cost"]["jax"]
+    assert record["command"].startswith("python -m compare invariance --batches 1,2 --layers 1")
+    assert record["commit"] and record["started"] and "sources" not in record  # what made the run
 
 
 @pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],

@@ -139,6 +139,23 @@ def test_batched_products_have_the_bits_of_each_product_alone(port):
         batched(*to_framework(impl.framework, (a, b[:3], "same")))
 
 
+@pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
+def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
+    # F.linear passes a weight as W.t() and a weight's gradient takes x.t(): the torch ports read them through their
+    # strides, and each product's bits are those of the contiguous operands'
+    matmul = port_function(port)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    for m, k, n in ((1, 72, 136), (70, 136, 40)):
+        a_t = torch.randn((k, m), device=DEVICE, generator=gen).to(dtype)
+        w = torch.randn((n, k), device=DEVICE, generator=gen).to(dtype)
+        for out in ("same", "float32"):
+            contiguous = matmul((a_t.t().contiguous(), w.t().contiguous(), out))
+            for a, b in ((a_t.t(), w.t()), (a_t.t().contiguous(), w.t()), (a_t.t(), w.t().contiguous())):
+                assert first_difference(matmul((a, b, out)), contiguous) is None, (m, k, n, out, a.stride(), b.stride())
+            assert spec.check((a, b, out), contiguous, spec.reference((a, b, out))).passed
+
+
 def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
     path = tmp_path / "matmul.json"
     runnable = [port for port in PORTS if not spec.WORKLOAD.implementation(port).needs.missing()]

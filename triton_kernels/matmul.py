@@ -11,6 +11,10 @@ the schedule, never the arithmetic.
 A batch of products (`batched_matmul`, the batch-invariant mode's bmm) runs on a second grid axis, one matrix a
 program column: each matrix is the same tiles, in the same order, as the product alone, so its bits are the
 product's alone whatever the batch. `matmul` is the batch of one.
+
+Operands are read through their strides, row-major or transposed (a weight's `W.t()`, as `F.linear` passes it; a
+gradient's `x.t()`) without a copy; Triton specialises a stride of 1, so the contiguous case compiles as before.
+The dot is the same whichever way a tile was laid out, so the bits are too.
 """
 from __future__ import annotations
 
@@ -23,8 +27,8 @@ from ports.matmul_common import MatmulTiling, matmul_tiling
 
 
 @triton.jit(do_not_specialize=["M"])
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_ab, stride_bb, stride_cb,
-                   TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_ab,
+                   stride_bb, stride_cb, TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr, GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
     matrix = tl.program_id(1).to(tl.int64)
     a_ptr += matrix * stride_ab
@@ -40,9 +44,9 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm
     ks = tl.arange(0, TILE_K)
     acc = tl.zeros([TILE_M, TILE_N], tl.float32)
     for k0 in range(0, K, TILE_K):
-        a = tl.load(a_ptr + rows[:, None] * stride_am + (k0 + ks)[None, :],
+        a = tl.load(a_ptr + rows[:, None] * stride_am + (k0 + ks)[None, :] * stride_ak,
                     mask=(rows[:, None] < M) & ((k0 + ks)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k0 + ks)[:, None] * stride_bk + cols[None, :],
+        b = tl.load(b_ptr + (k0 + ks)[:, None] * stride_bk + cols[None, :] * stride_bn,
                     mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
         acc += tl.dot(a, b)  # the same form as the Pallas port, so both compile alike
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
@@ -68,7 +72,7 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTili
 
 def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | None) -> torch.Tensor:
     """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's second axis."""
-    a, b = (x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous() for x in (a, b))
+    a, b = (x if 1 in (x.stride(-1), x.stride(-2)) or 1 in x.shape[-2:] else x.contiguous() for x in (a, b))
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = a.shape[0] if a.dim() == 3 else 1
     tiles = tiles or matmul_tiling(m, n)
@@ -76,7 +80,7 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n), batch)
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M
     batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
-    _matmul_kernel[grid](a, b, c, m, n, k, a.stride(-2), b.stride(-2), c.stride(-2), *batch_strides,
+    _matmul_kernel[grid](a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,
                          TILE_M=tiles.tile_m, TILE_N=tiles.tile_n, TILE_K=tiles.tile_k, GROUP_M=tiles.group_m,
                          num_warps=tiles.warps, num_stages=tiles.stages)
     return c
