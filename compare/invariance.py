@@ -206,10 +206,10 @@ class TorchRunner:
             loss.backward()
         return float(loss.detach())
 
-    def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    def trace(self, tokens: np.ndarray, invariant: bool = True) -> dict[str, np.ndarray]:
         trace = {}
         inputs = self.weights["embed"][self.torch.from_numpy(tokens[:, :-1]).to(self.device)]
-        with self._mode(True), self.torch.no_grad():
+        with self._mode(invariant), self.torch.no_grad():
             decoder_torch(self.model, self.weights, inputs, trace)
         return {name: value.float().cpu().numpy() for name, value in trace.items()}
 
@@ -268,19 +268,21 @@ class JaxRunner:
         self.jax.block_until_ready(gradients)
         return float(loss)
 
-    def trace(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    def trace(self, tokens: np.ndarray, invariant: bool = True) -> dict[str, np.ndarray]:
         def traced(weights, tokens):
             trace = {}
             decoder_jax(self.model, weights, weights["embed"][tokens[:, :-1]], trace)
             return {name: value.astype(self.jnp.float32) for name, value in trace.items()}
 
-        outputs = self._batch_invariant(traced)(self.weights, self.jnp.asarray(tokens))
+        outputs = (self._batch_invariant(traced) if invariant else self.jax.jit(traced))(
+            self.weights, self.jnp.asarray(tokens))
         return {name: np.asarray(value) for name, value in outputs.items()}
 
 
 def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant: bool) -> dict:
     """For each batch size B: whether every sequence's logits and input gradient in the batch of B are bit for bit
-    its own alone, and the first sequence that is not."""
+    its own alone, the first sequence that is not, and where its logits differ the first intermediate that does
+    (the decoder's op that made the sequence's bits depend on the batch)."""
     alone = [(runner.logits(tokens[i:i + 1], invariant)[0], runner.input_gradients(tokens[i:i + 1], invariant)[0])
              for i in range(max(batches))]
     entries = {}
@@ -292,6 +294,12 @@ def batch_comparisons(runner, tokens: np.ndarray, batches: list[int], invariant:
         entries[batch] = {"logits": differing["logits"] is None, "gradient": differing["gradient"] is None,
                           "first_differing_sequence": differing["logits"] if differing["logits"] is not None
                           else differing["gradient"]}
+        if differing["logits"] is not None:
+            sequence = differing["logits"]
+            in_batch = runner.trace(tokens[:batch], invariant)
+            difference = first_difference({name: value[sequence:sequence + 1] for name, value in in_batch.items()},
+                                           runner.trace(tokens[sequence:sequence + 1], invariant))
+            entries[batch]["first_differing_op"] = difference and difference["op"]
     return entries
 
 
@@ -322,11 +330,11 @@ def costs(runner, tokens: np.ndarray, batches: list[int], repeats: int) -> dict:
     return entries
 
 
-def first_difference(torch_trace: dict, jax_trace: dict) -> dict | None:
-    """The first intermediate, in the decoder's order, whose torch and JAX values differ: its name and the largest
-    difference; None when every one is equal."""
-    for name, value in torch_trace.items():
-        other = jax_trace[name]
+def first_difference(trace: dict, other_trace: dict) -> dict | None:
+    """The first intermediate, in the decoder's order, whose values differ between two traces (torch's and JAX's, or
+    a sequence's in a batch and alone): its name and the largest difference; None when every one is equal."""
+    for name, value in trace.items():
+        other = other_trace[name]
         if not np.array_equal(value, other):
             return {"op": name, "max_abs_diff": float(np.max(np.abs(value - other))),
                     "elements_differing": int(np.sum(value != other)), "elements": int(value.size)}
@@ -384,6 +392,10 @@ def table(record: dict) -> str:
             cells = " ".join(f"{'=' if e['logits'] else 'x'}{'=' if e['gradient'] else 'x'}     "
                              for e in entries.values())
             lines.append(f"{name:10} {mode:5} {cells}")
+            first = next(((batch, e["first_differing_op"]) for batch, e in entries.items()
+                          if e.get("first_differing_op")), None)
+            if first:
+                lines.append(f"{'':10} {'':5} a sequence's logits first differ at B={first[0]} in {first[1]}")
     cross = record.get("cross")
     if cross:
         difference = cross["first_difference"]

@@ -388,9 +388,15 @@ INVARIANCE_RECORD = "results/h200/invariance.json"  # `python -m compare invaria
 
 
 def _batch_verdicts(runs: dict) -> str:
-    """"the same bits" when every batch kept each sequence's logits and input gradient, else where they first moved."""
-    moved = [int(batch) for batch, verdict in runs.items() if not (verdict["logits"] and verdict["gradient"])]
-    return "the same bits" if not moved else f"variant from B = {min(moved)}"
+    """"the same bits" when every batch kept each sequence's logits and input gradient, else the first batch where
+    they moved (and the decoder's op where the logits first did, where the run named it)."""
+    moved = sorted((int(batch), verdict) for batch, verdict in runs.items()
+                   if not (verdict["logits"] and verdict["gradient"]))
+    if not moved:
+        return "the same bits"
+    batch, verdict = moved[0]
+    op = verdict.get("first_differing_op")
+    return f"variant from B = {batch}" + (f" (first at `{op}`)" if op else "")
 
 
 def _cross_verdict(cross: dict) -> str:

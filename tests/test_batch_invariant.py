@@ -394,6 +394,7 @@ def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
     assert not record["passed"] and not record["frameworks"]["torch"]["on"][2]["logits"]
+    assert record["frameworks"]["torch"]["on"][2]["first_differing_op"] == "qkv.0"  # the first product names it
 
 
 def test_the_op_probe_names_a_batch_variant_kernel(monkeypatch):
