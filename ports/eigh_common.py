@@ -8,6 +8,8 @@ it are in results/h200/NOTES.md, "The eigh ports' tuning constants: what chose t
 """
 from __future__ import annotations
 
+import functools
+
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically: well inside this once each round zeroes
 # its pairs
 JACOBI_MAX_N = 64  # the on-chip kernel holds A and V (and their exchanged copies) in registers
@@ -87,6 +89,14 @@ CLUSTER_GAP = 1e-3  # eigenvalues closer than this times ||T||_2 are orthogonali
 # clusters it chains up, hundreds of vectors long at n = 512, cost most of the Gram-Schmidt's time)
 EARLY_CLUSTER_GAP = 1e-5  # the same in the rounds before the last: there only pairs this close need it, since inverse
 # iteration shrinks a neighbour's share by about eps ||T|| / gap a round
+
+
+SECULAR_STEPS = 40  # bisection steps a root of the divide and conquer's secular equation: within 2^-40 of its half
+# gap, past where the CPU prototype's residual settles (results/h200/experiments/eigh-prototypes/)
+SECULAR_ROOTS = 32  # roots (or poles) a program of the divide and conquer's secular, z and vector kernels
+SECULAR_CHUNK = 64  # the other side's entries a step of those kernels' loops
+MERGE_TILE = 64  # rows and columns of a merge's new vectors a program of its product
+MERGE_TILE_K = 32  # the merge's kept columns a step of that product takes
 
 
 def check_offsets(batch: int, size: int, per_matrix: int = 1) -> None:
@@ -188,3 +198,31 @@ def jacobi_warps(size: int) -> int:
     than 8 there), 8 for N = 64. The Pallas
     port's rounds wait on its exchange through memory and take its own JACOBI_EXCHANGE_WARPS."""
     return 4 if size <= 32 else 8
+
+
+@functools.lru_cache(maxsize=None)
+def merge_levels(n: int) -> list[tuple[int, list[tuple[int, int, int]]]]:
+    """The divide and conquer's tears of n rows, halved down to single rows, as merges grouped by height (a merge
+    waits for its halves only): each group as (the power of two over its largest merge, [(start, left size,
+    size)])."""
+    merges: dict[int, list[tuple[int, int, int]]] = {}
+
+    def split(start, size):
+        if size == 1:
+            return 0
+        left = size // 2
+        height = 1 + max(split(start, left), split(start + left, size - left))
+        merges.setdefault(height, []).append((start, left, size))
+        return height
+
+    split(0, n)
+    return [(1 << (max(size for _, _, size in group) - 1).bit_length(), group) for _, group in sorted(merges.items())]
+
+
+def merge_tiling(block: int) -> tuple[int, int, int, int, int, int]:
+    """(other entries a step, warps) of a divide and conquer level's merge-wide kernels (prepare, order), which
+    compare [block, step] tiles: about 4096 entries, and 8 warps from 512 rows; (roots a program, entries a step)
+    of its secular, z and vector kernels; (tile, tile's K) of its product: tiles of at most half the block, so
+    that a merge of two equal halves has no tile across them, and at least 16 (a tensor-core product's least)."""
+    return (max(2, min(SECULAR_CHUNK, 4096 // block)), 4 if block <= 256 else 8, min(SECULAR_ROOTS, block),
+            min(SECULAR_CHUNK, block), max(16, min(MERGE_TILE, block // 2)), max(16, min(MERGE_TILE_K, block)))

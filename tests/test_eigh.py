@@ -254,6 +254,19 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     assert "triton" in lowered.as_text()
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernels themselves")
+@pytest.mark.parametrize("n", [70, 1024])
+def test_pallas_divide_and_conquer_lowers_for_cuda(n):
+    # the divide and conquer's jitted call, with x64 on as `solve` makes it, lowered to Triton IR: what interpret
+    # mode does not check (the lowering rules, e.g. that there is no product reduction)
+    jax = pytest.importorskip("jax")
+    from pallas_kernels.eigh import divide_conquer
+    d, scale = jax.ShapeDtypeStruct((2, n), jax.numpy.float32), jax.ShapeDtypeStruct((2,), jax.numpy.float32)
+    with jax.enable_x64(True):
+        traced = jax.jit(functools.partial(divide_conquer._solve, interpret=False)).trace(d, d, scale)
+        assert "triton" in traced.lower(lowering_platforms=("cuda",)).as_text()
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile the kernels for it")
 @pytest.mark.parametrize("options", [(), ("--specialise",)], ids=["unspecialised", "as-launched"])
 @pytest.mark.parametrize("case", ["test:2", "bench:3", "test:4"], ids=["one-launch", "one-launch-pipelined",

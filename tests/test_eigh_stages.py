@@ -227,12 +227,12 @@ def test_vectors_of_a_long_chained_cluster(port):
     assert_sound_vectors(port_stage(port, "inverse_iteration", "vectors")(d, e, values, norm), d, e, values, norm)
 
 
-def divide_and_conquer_figures(d, e):
-    """The Triton port's divide and conquer on (d, e) [batch, n], e's last entry unused: per T, the residual
+def divide_and_conquer_figures(port, d, e):
+    """A port's divide and conquer on (d, e) [batch, n], e's last entry unused: per T, the residual
     max |T z_i - lambda_i z_i| / (n eps ||T||), the orthogonality ||Z Z^T - I||_1 / (n eps) and the eigenvalues' error
     / (n eps max(|lambda|, 1)) against float64 (the eigh gates' units)."""
-    z, values, scaled = stage_module("triton", "divide_conquer").solve(d.to(DEVICE), e.to(DEVICE),
-                                                                       2 * torch.ones(len(d), device=DEVICE))
+    z, values, scaled = port_stage(port, "divide_conquer", "solve")(d.to(DEVICE), e.to(DEVICE),
+                                                                    2 * torch.ones(len(d), device=DEVICE))
     assert torch.equal(scaled, 2 * values)
     t = tridiagonal(d, e).to(DEVICE)
     z, values = z.double(), values.double()
@@ -245,7 +245,8 @@ def divide_and_conquer_figures(d, e):
     return residual.tolist(), orthogonality.tolist(), error.tolist()
 
 
-def test_divide_and_conquer_gives_ts_eigenpairs():
+@pytest.mark.parametrize("port", PORTS)
+def test_divide_and_conquer_gives_ts_eigenpairs(port):
     # T's eigenpairs by divide and conquer (the candidate of issue 55) far inside the gates (200, 100, 200): a random
     # T, glued Wilkinson matrices (W21 three times, glue 1e-6: eigenvalue pairs alike to about 12 digits, where
     # inverse iteration needs its Gram-Schmidt), a diagonal (every entry of z deflates) and one of equal diagonals
@@ -260,7 +261,7 @@ def test_divide_and_conquer_gives_ts_eigenpairs():
     e[2] = 0.0
     d[3], e[3] = torch.ones(n), 1e-7 * e[3]
     e[:, -1] = 0.0
-    residual, orthogonality, error = divide_and_conquer_figures(d, e)
+    residual, orthogonality, error = divide_and_conquer_figures(port, d, e)
     assert max(residual) < 2 and max(orthogonality) < 2 and max(error) < 1, (residual, orthogonality, error)
 
 
@@ -269,19 +270,20 @@ def test_divide_and_conquer_on_a_long_chained_cluster():
     # the T of test_vectors_of_a_long_chained_cluster (358 eigenvalues chained, 78 gaps below 10 eps ||T||), on which
     # inverse iteration's shift groups once left residuals of 2200 eps ||T||
     data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
-    residual, orthogonality, error = divide_and_conquer_figures(data["d"][None], data["e"][None])
+    residual, orthogonality, error = divide_and_conquer_figures("triton", data["d"][None], data["e"][None])
     assert residual[0] < 2 and orthogonality[0] < 2 and error[0] < 1, (residual, orthogonality, error)
 
 
-def test_the_triton_port_with_divide_and_conquer_passes_the_check(monkeypatch):
+@pytest.mark.parametrize("port", PORTS)
+def test_the_port_with_divide_and_conquer_passes_the_check(port, monkeypatch):
     # the whole port (reduction, divide and conquer, back-transformation) with T's eigenpairs by divide and conquer,
     # as the H200's A/B will run it (a copy of the package with EIGENVECTORS changed); n = 66: halves of 33 rows,
     # whose halves (16 and 17) differ in height, and product tiles across the halves' rows
-    import triton_kernels.eigh as port
-    monkeypatch.setattr(port, "EIGENVECTORS", "divide_conquer")
+    package = importlib.import_module(spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0])
+    monkeypatch.setattr(package, "EIGENVECTORS", "divide_conquer")
     for family in ("psd", "clustered"):
         a = spec.make_inputs(spec._case(1, 66, 2, 93, family), 93, DEVICE)
-        verdict = spec.check(a, port.eigh(a), spec.reference(a))
+        verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
         assert verdict.passed and verdict.errors["orthogonality_scaled"] < 5, (family, verdict)
 
 

@@ -2,7 +2,8 @@
 the Triton port (triton_kernels/eigh), stage for stage and kernel for kernel, with the same module names.
 
 n <= 64: the on-chip Jacobi (`jacobi`). n > 64: `tridiagonal`, `bisection`, `inverse_iteration` (with
-`gram_schmidt` and the repair), `back_transform`. The differences the language forces, written down in each
+`gram_schmidt` and the repair), `back_transform`; or, for T's eigenpairs, `divide_conquer` (EIGENVECTORS, as in the
+Triton port: its own jitted call, with x64 on). The differences the language forces, written down in each
 stage: the Jacobi's exchange goes through global memory (no gather of values); a pallas_call's grid is static, so
 the launches per column are a jax.lax.fori_loop; scratch buffers are pallas_call outputs, carried between
 launches through input_output_aliases; the barriers (pltriton.debug_barrier) are left out under the interpreter,
@@ -20,7 +21,11 @@ import jax.numpy as jnp
 
 from ports.eigh import check_shape, check_values
 from ports.eigh_common import JACOBI_MAX_N, check_offsets, jacobi_size
-from . import back_transform, bisection, inverse_iteration, jacobi, tridiagonal
+from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
+
+# T's eigenpairs: "inverse_iteration" or "divide_conquer" (the candidate of issue 55, as in the Triton port; the
+# H200's A/B is a copy of this package with this line changed)
+EIGENVECTORS = "inverse_iteration"
 
 
 def _tridiagonal(a, *, interpret):
@@ -52,6 +57,18 @@ def _eigh(a, *, interpret):
     return (_tridiagonal if a.shape[1] > JACOBI_MAX_N else _jacobi)(a, interpret=interpret)
 
 
+_reduce = jax.jit(tridiagonal.reduce, static_argnames=("interpret",))
+_back_transform = jax.jit(back_transform.apply, static_argnames=("interpret",))
+
+
+def _divide_and_conquer(a, *, interpret):
+    """(Q, L, the checks' bounds) by tridiagonalisation, divide and conquer and back-transformation (n > 64), three
+    jitted calls: the middle one with x64 on (`divide_conquer.solve`)."""
+    w, d, e, tau, scale, bounds = _reduce(a, interpret=interpret)
+    z, _, eigenvalues = divide_conquer.solve(d, e, scale, interpret=interpret)
+    return _back_transform(w, tau, z, interpret=interpret), eigenvalues, jnp.max(bounds, axis=(0, 1))
+
+
 def eigh(a):
     """(Q, L) for a [batch, n, n] float32 symmetric JAX array: A Q = Q diag(L), L ascending.
 
@@ -61,7 +78,11 @@ def eigh(a):
     check_shape(a)
     if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
-    q, values, bounds = _eigh(a, interpret=jax.default_backend() != "gpu")
+    interpret = jax.default_backend() != "gpu"
+    if a.shape[1] > JACOBI_MAX_N and EIGENVECTORS == "divide_conquer":
+        q, values, bounds = _divide_and_conquer(a, interpret=interpret)
+    else:
+        q, values, bounds = _eigh(a, interpret=interpret)
     nonfinite, largest, asymmetry = jax.device_get(bounds).tolist()
     check_values(nonfinite == 0, largest, asymmetry)
     return q, values

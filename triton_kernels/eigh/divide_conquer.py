@@ -32,15 +32,8 @@ import triton
 import triton.language as tl
 
 from ports.eigh_common import BACK_TRANSFORM_PRECISION as PRECISION
+from ports.eigh_common import SECULAR_STEPS, merge_levels, merge_tiling
 from .common import EPS
-
-# bisection steps a root: the root within 2^-40 of its half gap, past where the prototype's residual settles
-# (results/h200/experiments/eigh-prototypes/divide-conquer-steps.txt)
-SECULAR_STEPS = 40
-ROOTS = 32  # roots (or poles) a program in the secular, z and vector kernels
-CHUNK = 64  # the other side's entries a step of those kernels' loops
-TILE = 64  # the product's rows and columns a program
-TILE_K = 32
 
 
 @triton.jit
@@ -324,28 +317,9 @@ def _product_kernel(q, q_next, merges, perm, cidx, by_kind, splits, counts, dest
 
 
 @functools.lru_cache(maxsize=None)
-def _levels(n: int):
-    """The tears of n rows, halved down to single rows, as merges grouped by height (a merge waits for its halves
-    only): each group as (the power of two over its largest merge, [(start, left size, size)])."""
-    merges = {}
-
-    def split(start, size):
-        if size == 1:
-            return 0
-        left = size // 2
-        height = 1 + max(split(start, left), split(start + left, size - left))
-        merges.setdefault(height, []).append((start, left, size))
-        return height
-
-    split(0, n)
-    return [(triton.next_power_of_2(max(size for _, _, size in group)), group)
-            for _, group in sorted(merges.items())]
-
-
-@functools.lru_cache(maxsize=None)
 def _tears(n: int, device: torch.device) -> torch.Tensor:
     """The rows j - 1 after which T is torn (every merge's), on the device, made once."""
-    return torch.tensor([start + left - 1 for _, groups in _levels(n) for start, left, _ in groups], device=device)
+    return torch.tensor([start + left - 1 for _, groups in merge_levels(n) for start, left, _ in groups], device=device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -362,7 +336,7 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     coupling = e[:, tears].abs()
     values = d.index_add(1, tears, -coupling).index_add_(1, tears + 1, -coupling)
     q = torch.eye(n, device=d.device).expand(batch, n, n).contiguous()  # the leaves' eigenvectors
-    for block, groups in _levels(n):
+    for block, groups in merge_levels(n):
         merges = _merges(tuple(groups), d.device)
         count = len(groups)
 
@@ -374,11 +348,9 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         dsort, zsort, cd, cz, taus, zhat, lam = (scratch(torch.float64, block) for _ in range(7))
         counts, rhos = scratch(torch.int32), scratch(torch.float64)
         u = scratch(torch.float32, block, block)
-        # the merge-wide kernels compare [block, chunk] tiles: about 4096 entries, and 8 warps from 512 rows
-        ranked, warps = max(2, min(CHUNK, 4096 // block)), 4 if block <= 256 else 8
+        ranked, warps, lanes, chunk, tile, tile_k = merge_tiling(block)
         _prepare_kernel[(batch, count)](q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind,
                                         by_kind, splits, counts, rhos, n, EPS, K=block, CH=ranked, num_warps=warps)
-        lanes, chunk = min(ROOTS, block), min(CHUNK, block)
         roots = (batch, count, triton.cdiv(block, lanes))
         _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=lanes, CH=chunk, STEPS=SECULAR_STEPS)
         _zhat_kernel[roots](cd, cz, counts, rhos, origin, taus, zhat, K=block, R=lanes, CH=chunk)
@@ -386,9 +358,6 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         q_next, values_next = q.clone(), values.clone()  # the blocks that no merge of this level touches
         _order_kernel[(batch, count)](q, q_next, values_next, merges, perm, dsort, livepos, lam, dest, n, K=block,
                                       CH=ranked, num_warps=warps)
-        # tiles of at most half the block, so that a merge of two equal halves has no tile across them; tl.dot's
-        # least is 16
-        tile, tile_k = max(16, min(TILE, block // 2)), max(16, min(TILE_K, block))
         tiles = triton.cdiv(block, tile)
         _product_kernel[(batch * count, tiles, tiles)](
             q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=tile,
