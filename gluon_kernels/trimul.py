@@ -254,8 +254,10 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     def by_channel(w):  # hidden padded to `channels` with zeros (no copy where none are padded)
         return w if channels == hidden else torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
 
-    proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS]).to(torch.float16)
-    out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16).contiguous()
+    # the weights in float16, each cast in one copy: concatenated into its buffer, transposed as it is cast
+    proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS],
+                            out=torch.empty((len(PROJECTIONS) * channels, dim), device=x.device, dtype=torch.float16))
+    out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16, memory_format=torch.contiguous_format)
     gated = allocate((3 * batch * channels, seq * seq), torch.float16)
     product = allocate((batch * channels * seq, seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)

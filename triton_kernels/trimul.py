@@ -167,17 +167,19 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     pairs = batch * seq * seq
     allocate = scratch(x.device, poison)
 
-    proj_weight = torch.stack([weights[f"{name}.weight"] for name in PROJECTIONS]).to(torch.float16)
-    out_weight_t = weights["to_out.weight"].t().contiguous().to(torch.float16)
-    weights = {name: tensor.contiguous() for name, tensor in weights.items()}
+    # the weights in float16, each cast in one copy: stacked into its buffer, transposed as it is cast
+    proj_weight = torch.stack([weights[f"{name}.weight"] for name in PROJECTIONS],
+                              out=torch.empty((len(PROJECTIONS), hidden, dim), device=x.device, dtype=torch.float16))
+    out_weight_t = weights["to_out.weight"].t().to(torch.float16, memory_format=torch.contiguous_format)
     normed = allocate((pairs, dim), torch.float16)
     gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
     product = allocate((batch * hidden, seq * seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
 
     _layer_norm_kernel[(pairs // tiles.norm_rows,)](
-        x.contiguous(), weights["norm.weight"], weights["norm.bias"], normed, LAYER_NORM_EPS, DIM=dim,
-        ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps, num_stages=tiles.stages)
+        x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
+        LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
+        num_stages=tiles.stages)
     _gated_project_kernel[(3 * pairs // tiles.rows,)](
         normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
@@ -185,8 +187,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
     _out_norm_project_kernel[(pairs // tiles.output_rows,)](
-        product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t, out,
-        batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
+        product, gated, weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
+        out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
         TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
     return out if seq == length else out[:, :length, :length].contiguous()
