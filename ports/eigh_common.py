@@ -201,22 +201,34 @@ def jacobi_warps(size: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def merge_levels(n: int) -> list[tuple[int, list[tuple[int, int, int]]]]:
+def merge_levels(n: int) -> list[tuple[int, list[tuple[int, int, int]], list[tuple[int, int]]]]:
     """The divide and conquer's tears of n rows, halved down to single rows, as merges grouped by height (a merge
-    waits for its halves only): each group as (the power of two over its largest merge, [(start, left size,
-    size)])."""
+    waits for its halves only), each level as (the power of two over its largest merge, [(start, left size, size)],
+    the carried blocks [(start, size)]).
+
+    The levels write two buffers of eigenvectors in turn (level l reads buffer l % 2 and writes the other), both
+    the identity at first: a merge writes the whole of its block, and nothing outside its block, so a buffer needs
+    no copy of the other but where a merge's half was written by a level of the same parity as this one (a half two
+    or four levels lower, where the halves' heights differ): those halves' blocks are the level's carried blocks,
+    copied into the buffer it reads before it runs. Single rows are the identity's in both buffers."""
     merges: dict[int, list[tuple[int, int, int]]] = {}
+    carried: dict[int, list[tuple[int, int]]] = {}
 
     def split(start, size):
         if size == 1:
             return 0
         left = size // 2
-        height = 1 + max(split(start, left), split(start + left, size - left))
+        heights = split(start, left), split(start + left, size - left)
+        height = 1 + max(heights)
         merges.setdefault(height, []).append((start, left, size))
+        for (begin, rows), below in zip(((start, left), (start + left, size - left)), heights):
+            if below and below % 2 == height % 2:  # written into buffer below % 2, read from (height - 1) % 2
+                carried.setdefault(height, []).append((begin, rows))
         return height
 
     split(0, n)
-    return [(1 << (max(size for _, _, size in group) - 1).bit_length(), group) for _, group in sorted(merges.items())]
+    return [(1 << (max(size for _, _, size in group) - 1).bit_length(), group, carried.get(height, []))
+            for height, group in sorted(merges.items())]
 
 
 def merge_tiling(block: int) -> tuple[int, int, int, int, int, int]:

@@ -7,6 +7,7 @@ port's candidate), the heuristics and register caps, and a stage varied as a cop
 import importlib
 import pathlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,6 +244,28 @@ def divide_and_conquer_figures(port, d, e):
     orthogonality = (z @ z.transpose(1, 2) - torch.eye(d.shape[1], device=DEVICE)).abs().sum(dim=1).amax(dim=1) / unit
     error = (values - exact).abs().amax(dim=1) / (unit * exact.abs().amax(dim=1).clamp_min(1))
     return residual.tolist(), orthogonality.tolist(), error.tolist()
+
+
+def test_merge_levels_keep_each_half_where_its_merge_reads_it():
+    # the divide and conquer's two buffers of eigenvectors, written in turn by the levels, with the carried blocks
+    # copied before each level: every merge reads both halves' latest blocks (single rows: the identity, in both)
+    # and nothing else in its block, for every n to 300 (halves of different heights at most n)
+    for n in range(2, 301):
+        buffers = [np.zeros((n, n), dtype=int), np.zeros((n, n), dtype=int)]  # the node that wrote each entry
+        for level, (block, groups, carried) in enumerate(common.merge_levels(n)):
+            read, written = buffers[level % 2], buffers[(level + 1) % 2]
+            for start, size in carried:
+                read[start:start + size, start:start + size] = written[start:start + size, start:start + size]
+            for start, left, size in groups:
+                assert size <= block
+                for begin, rows in ((start, left), (start + left, size - left)):
+                    half = read[begin:begin + rows, begin:begin + rows]
+                    assert (half == (0 if rows == 1 else hash((begin, rows)))).all(), (n, level, begin, rows)
+                corner = read[start + left:start + size, start:start + left]
+                assert (corner == 0).all() and (read[start:start + left, start + left:start + size] == 0).all()
+            for start, left, size in groups:
+                written[start:start + size, start:start + size] = hash((start, size))
+        assert (buffers[len(common.merge_levels(n)) % 2] == hash((0, n))).all()
 
 
 @pytest.mark.parametrize("port", PORTS)

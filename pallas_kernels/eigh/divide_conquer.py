@@ -13,7 +13,7 @@ The differences the language forces:
 - Each kept entry's kept predecessor (the Triton port's running maximum, `tl.associative_scan`, which has no
   lowering here): each kept entry stored at its rank among the kept, its predecessor read one rank down.
 - The scratch buffers are pallas_call outputs passed from kernel to kernel; q is updated through
-  input_output_aliases, and the level's next q and eigenvalues start as aliased copies (the Triton port's clones).
+  input_output_aliases: the buffer a level writes (`merge_levels`) and the next eigenvalues (a copy) are aliased.
 - Barriers and loads of what a program wrote itself, as in the other stages (`common.barrier`, `masked_load`).
 """
 from __future__ import annotations
@@ -337,8 +337,9 @@ def _product_kernel(merges_ref, q_ref, perm_ref, cidx_ref, by_kind_ref, splits_r
                  (rows < k)[:, None] & (roots < count)[None, :])
 
 
-def _level(q, values, e, merges, count, block, *, interpret):
-    """One level of merges (every merge of every matrix in one launch a kernel): the next q and eigenvalues."""
+def _level(q, q_next, values, e, merges, count, block, *, interpret):
+    """One level of merges (every merge of every matrix in one launch a kernel): (q as read, with the deflation's
+    rotations; the next q, written into the buffer q_next as `merge_levels` says; the next eigenvalues)."""
     batch, n = values.shape
     ranked, warps, lanes, chunk, tile, tile_k = merge_tiling(block)
     merge_table, matrix, vector = _whole((3 * count,)), per_matrix(n, n), per_matrix(n)
@@ -375,14 +376,14 @@ def _level(q, values, e, merges, count, block, *, interpret):
         in_specs=[one, two, one, one, one], out_specs=(_per_merge(block, block), one),
         compiler_params=params, interpret=interpret, name="eigh_dc_vectors",
     )(cd, counts, origin, taus, zhat)
-    q_next, values_next, dest = pl.pallas_call(  # q_next and values_next start as copies of q and values
+    q_next, values_next, dest = pl.pallas_call(  # values_next starts as a copy of values
         functools.partial(_order_kernel, block=block, chunk=ranked, interpret=interpret),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(values.shape, values.dtype),
                    shape(I32)),
         grid=(batch, count), in_specs=[merge_table, matrix, one, one, one, one, matrix, vector],
         out_specs=(matrix, vector, one), input_output_aliases={6: 0, 7: 1},
         compiler_params=pltriton.CompilerParams(num_warps=warps), interpret=interpret, name="eigh_dc_order",
-    )(merges, q, prepared["perm"], prepared["dsort"], prepared["livepos"], lam, q, values)
+    )(merges, q, prepared["perm"], prepared["dsort"], prepared["livepos"], lam, q_next, values)
     tiles = -(-block // tile)
 
     def merge_of(p):
@@ -398,20 +399,27 @@ def _level(q, values, e, merges, count, block, *, interpret):
         out_specs=matrix, input_output_aliases={9: 0}, compiler_params=params, interpret=interpret,
         name="eigh_dc_product",
     )(merges, q, prepared["perm"], prepared["cidx"], prepared["by_kind"], splits, counts, dest, u, q_next)
-    return q_next, values_next
+    return q, q_next, values_next
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))
 def _solve(d, e, scale, *, interpret):
     batch, n = d.shape
     levels = merge_levels(n)
-    tears = jnp.array([start + left - 1 for _, groups in levels for start, left, _ in groups], I32)
+    tears = jnp.array([start + left - 1 for _, groups, _ in levels for start, left, _ in groups], I32)
     coupling = jnp.abs(e[:, tears])  # the leaves' eigenvalues: T's diagonal less |beta| on both sides of every tear
     values = d.at[:, tears].add(-coupling).at[:, tears + 1].add(-coupling)
-    q = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (batch, n, n))  # the leaves' eigenvectors
-    for block, groups in levels:
+    # the leaves' eigenvectors, in two buffers the levels write in turn (`merge_levels`)
+    q = q_next = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (batch, n, n))
+    for block, groups, carried in levels:
+        if carried:  # halves written by a level of this one's parity, into the buffer this level reads
+            entries = jnp.array([(start + r) * n + start + c for start, size in carried for r in range(size)
+                                 for c in range(size)], I32)
+            flat = q.reshape(batch, n * n)
+            q = flat.at[:, entries].set(q_next.reshape(batch, n * n)[:, entries]).reshape(batch, n, n)
         merges = jnp.array([entry for merge in groups for entry in merge], I32)
-        q, values = _level(q, values, e, merges, len(groups), block, interpret=interpret)
+        # the buffer this level read (turned where pairs deflated) is the one the next level writes
+        q_next, q, values = _level(q, q_next, values, e, merges, len(groups), block, interpret=interpret)
     return jnp.swapaxes(q, 1, 2), values, values * scale[:, None]
 
 

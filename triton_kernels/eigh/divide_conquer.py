@@ -319,13 +319,21 @@ def _product_kernel(q, q_next, merges, perm, cidx, by_kind, splits, counts, dest
 @functools.lru_cache(maxsize=None)
 def _tears(n: int, device: torch.device) -> torch.Tensor:
     """The rows j - 1 after which T is torn (every merge's), on the device, made once."""
-    return torch.tensor([start + left - 1 for _, groups in merge_levels(n) for start, left, _ in groups], device=device)
+    return torch.tensor([start + left - 1 for _, groups, _ in merge_levels(n) for start, left, _ in groups],
+                        device=device)
 
 
 @functools.lru_cache(maxsize=None)
 def _merges(groups: tuple, device: torch.device) -> torch.Tensor:
     """A level's merges on the device, made once (metadata: a CUDA graph's capture cannot copy from the host)."""
     return torch.tensor(groups, device=device, dtype=torch.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def _carried(blocks: tuple, n: int, device: torch.device) -> torch.Tensor:
+    """The flat offsets (row n + column) of a level's carried blocks' entries, on the device, made once."""
+    return torch.tensor([(start + r) * n + start + c for start, size in blocks for r in range(size)
+                         for c in range(size)], device=device)
 
 
 def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
@@ -335,8 +343,12 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     tears = _tears(n, d.device)  # the leaves' eigenvalues: T's diagonal less |beta| on both sides of every tear
     coupling = e[:, tears].abs()
     values = d.index_add(1, tears, -coupling).index_add_(1, tears + 1, -coupling)
-    q = torch.eye(n, device=d.device).expand(batch, n, n).contiguous()  # the leaves' eigenvectors
-    for block, groups in merge_levels(n):
+    # the leaves' eigenvectors, in two buffers the levels write in turn (`merge_levels`)
+    q, q_next = (torch.eye(n, device=d.device).expand(batch, n, n).contiguous() for _ in range(2))
+    for block, groups, carried in merge_levels(n):
+        if carried:  # halves written by a level of this one's parity, into the buffer this level reads
+            entries = _carried(tuple(carried), n, d.device)
+            q.view(batch, n * n)[:, entries] = q_next.view(batch, n * n)[:, entries]
         merges = _merges(tuple(groups), d.device)
         count = len(groups)
 
@@ -355,12 +367,12 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=lanes, CH=chunk, STEPS=SECULAR_STEPS)
         _zhat_kernel[roots](cd, cz, counts, rhos, origin, taus, zhat, K=block, R=lanes, CH=chunk)
         _vectors_kernel[roots](cd, counts, origin, taus, zhat, u, lam, K=block, R=lanes, CH=chunk)
-        q_next, values_next = q.clone(), values.clone()  # the blocks that no merge of this level touches
+        values_next = values.clone()  # the eigenvalues that no merge of this level touches
         _order_kernel[(batch, count)](q, q_next, values_next, merges, perm, dsort, livepos, lam, dest, n, K=block,
                                       CH=ranked, num_warps=warps)
         tiles = triton.cdiv(block, tile)
         _product_kernel[(batch * count, tiles, tiles)](
             q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=tile,
             TILE_K=tile_k, PRECISION=PRECISION)
-        q, values = q_next, values_next
+        q, q_next, values = q_next, q, values_next
     return q.transpose(1, 2).contiguous(), values, values * scale[:, None]
