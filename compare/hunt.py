@@ -1,15 +1,19 @@
 """Fresh inputs until the time runs out, every output checked: a failure hunt whose failures can be checked again.
 
     python -m compare.hunt eigh --case bench:7 --impl triton,pallas --seconds 300 --json hunt.json
+    python -m compare.hunt eigh --case bench,test --impl triton,pallas --seconds 600 --json hunt.json
 
 The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
 that an implementation rarely gets wrong can hide from it: the eigh Triton port's rare failures at 60x1024 mixed
 (with its earlier shift groups) showed only on fresh spectra (docs/findings.md). This draws a new input from each
-seed in turn (the case's own seed first, then 1, 2, ...; with --first-seed S: S, S + 1, ..., so that hunts over
-different ranges share no input), runs every implementation on it and checks the output against the float64
-reference with the workload's check, the driver's; nothing is timed. A failing seed is printed when it is found,
-and the end says how to check those inputs again (--seeds). A progress line every 30 s. Exit status 1 if any
-implementation failed to load, or failed or raised on any input; 2 for a bad argument.
+seed in turn (one case: its own seed first, then 1, 2, ...; several cases, as --case bench,test or bench:3,test:7:
+each case in turn for seeds 1, 2, ...; with --first-seed S: S, S + 1, ..., so that hunts over different ranges
+share no input), runs every implementation on it and checks the output with the workload's check, the driver's;
+nothing is timed. Where the workload has a bounded check (eigh: the eigenvalue gate settled by a bound from the
+output's own figures), the float64 reference is computed only for the outputs it leaves open. A failing seed is
+printed when it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s;
+the tally counts inputs and their items (eigh: matrices). Exit status 1 if any implementation failed to load, or
+failed or raised on any input; 2 for a bad argument.
 """
 from __future__ import annotations
 
@@ -23,26 +27,30 @@ import time
 PROGRESS_SECONDS = 30
 
 
-def seed_order(case: dict, first_seed: int | None, seeds: list[int] | None):
+def seed_order(case: dict | None, first_seed: int | None, seeds: list[int] | None):
     """The seeds to draw inputs from: `seeds` as given; from first_seed upwards if given; else the case's own seed
-    (the driver's first pool input), then 1 upwards."""
+    (the driver's first pool input), then 1 upwards; with several cases (case None), 1 upwards."""
     if seeds:
         return iter(seeds)
     if first_seed is not None:
         return itertools.count(first_seed)
+    if case is None:
+        return itertools.count(1)
     return itertools.chain([case["seed"]], (s for s in itertools.count(1) if s != case["seed"]))
 
 
-def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print, save=None) -> dict:
-    """Each implementation on the input of each seed in turn until `seconds` have passed (the first seed always
-    runs, and every seed of a finite `seeds`): {name: {"inputs", "failures": [{"seed", "reason"}], "worst":
-    {figure: largest value the check gave}, "load_error"}}. An implementation that fails to load is recorded
-    (load_error) and left out. save(tally), if given, runs after a seed with a failure, with each progress line
-    and at the end, also when the hunt is interrupted, so a hunt cut short keeps what it found."""
+def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=print, save=None) -> dict:
+    """Each implementation on the input of each seed in turn, each of `cases` ([(name, case)]) for each seed, until
+    `seconds` have passed (the first input always runs, and every seed of a finite `seeds`): {name: {"inputs",
+    "items" (the inputs' batch entries), "settled_by_bound" (outputs judged without the reference), "failures":
+    [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error"}}. An
+    implementation that fails to load is recorded (load_error) and left out. save(tally), if given, runs after an
+    input with a failure, with each progress line and at the end, also when the hunt is interrupted, so a hunt cut
+    short keeps what it found."""
     from compare.records import error_text
-    from ports import to_framework, to_torch
 
-    tally = {impl.name: {"inputs": 0, "failures": [], "worst": {}, "load_error": None} for impl in impls}
+    tally = {impl.name: {"inputs": 0, "items": 0, "settled_by_bound": 0, "failures": [], "worst": {},
+                         "load_error": None} for impl in impls}
     functions = {}
     for impl in impls:
         try:
@@ -51,41 +59,60 @@ def hunt(workload, case, impls, seeds, seconds: float, device: str, report=print
             tally[impl.name]["load_error"] = error_text(error)
             report(f"{impl.name} failed to load: {tally[impl.name]['load_error']}")
     start = last_report = time.perf_counter()
+    count = 0
     try:
-        for count, seed in enumerate(seeds):
-            if count and time.perf_counter() - start >= seconds:
-                break
-            inputs = workload.make_inputs(case, seed, device)
-            expected = workload.reference(inputs)
-            found = False
-            for name, (impl, function) in functions.items():
-                entry = tally[name]
-                entry["inputs"] += 1
-                try:
-                    output = to_torch(function(to_framework(impl.framework, inputs)))
-                    verdict = workload.check(inputs, output, expected)
-                    for figure, value in verdict.errors.items():
-                        value = math.inf if math.isnan(value) else value
-                        entry["worst"][figure] = max(entry["worst"].get(figure, value), value)
-                    reason = "" if verdict.passed else verdict.reason
-                except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
-                    reason = error_text(error)
-                if reason:
-                    entry["failures"].append({"seed": seed, "reason": reason})
-                    report(f"seed {seed}: {name} failed: {reason}")
-                    found = True
-            now = time.perf_counter()
-            progress = now - last_report >= PROGRESS_SECONDS
-            if progress:
-                last_report = now
-                report(f"{count + 1} inputs in {now - start:.0f} s (seed {seed}); failed: "
-                       + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
-            if save and (found or progress):
-                save(tally)
+        for seed in seeds:
+            for case_name, case in cases:
+                if count and time.perf_counter() - start >= seconds:
+                    return tally
+                count += 1
+                found = _check_input(workload, case_name, case, seed, device, functions, tally, report)
+                now = time.perf_counter()
+                progress = now - last_report >= PROGRESS_SECONDS
+                if progress:
+                    last_report = now
+                    report(f"{count} inputs in {now - start:.0f} s (seed {seed}, {case_name}); failed: "
+                           + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
+                if save and (found or progress):
+                    save(tally)
     finally:
         if save:
             save(tally)
     return tally
+
+
+def _check_input(workload, case_name, case, seed, device, functions, tally, report) -> bool:
+    """Every implementation on the input of (case, seed), checked and tallied; whether one failed. The reference
+    is computed once, and only where the workload's bounded check leaves an output open."""
+    from compare.records import error_text
+    from ports import to_framework, to_torch
+
+    inputs = workload.make_inputs(case, seed, device)
+    expected = None
+    found = False
+    for name, (impl, function) in functions.items():
+        entry = tally[name]
+        entry["inputs"] += 1
+        entry["items"] += case.get("batch", 1)
+        try:
+            output = to_torch(function(to_framework(impl.framework, inputs)))
+            verdict = workload.bounded_check(inputs, output) if workload.bounded_check else None
+            if verdict is None:
+                expected = workload.reference(inputs) if expected is None else expected
+                verdict = workload.check(inputs, output, expected)
+            else:
+                entry["settled_by_bound"] += 1
+            for figure, value in verdict.errors.items():
+                value = math.inf if math.isnan(value) else value
+                entry["worst"][figure] = max(entry["worst"].get(figure, value), value)
+            reason = "" if verdict.passed else verdict.reason
+        except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
+            reason = error_text(error)
+        if reason:
+            entry["failures"].append({"seed": seed, "case": case_name, "reason": reason})
+            report(f"seed {seed}, {case_name}: {name} failed: {reason}")
+            found = True
+    return found
 
 
 def main(argv=None) -> int:
@@ -96,18 +123,20 @@ def main(argv=None) -> int:
     from compare.records import device_info, versions
 
     parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",
-                                "comma-separated implementations")
+                                "comma-separated implementations",
+                                case_help="comma-separated SET:INDEX or SET (each of its cases), e.g. bench,test:3")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="draw new inputs until this long has passed (default 60; the first input always runs)")
     parser.add_argument("--first-seed", type=int, default=None,
-                        help="draw from this seed upwards (default: the case's own seed, then 1 upwards)")
+                        help="draw from this seed upwards (default: one case's own seed, then 1 upwards; several "
+                             "cases: 1 upwards)")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds to check, all of them and nothing else (a failure found before)")
     parser.add_argument("--json", default=None, help="write the tally to this JSON file")
-    setup = one_case_setup(parser, argv)
+    setup = one_case_setup(parser, argv, many=True)
     if setup is None:
         return 2
-    args, workload, case, impls = setup
+    args, workload, cases, impls = setup
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds is not None else None
     except ValueError:
@@ -119,32 +148,36 @@ def main(argv=None) -> int:
     if not on_gpu:
         print("no CUDA GPU: the kernels run through the Triton interpreter and Pallas interpret mode",
               file=sys.stderr)
-    name = workload.case_name(case)
-    header = {"workload": workload.name, "case": name, "params": case, **device_info(), "versions": versions(),
-              "seconds": None if seeds else args.seconds, "first_seed": None if seeds else args.first_seed,
-              "seeds": seeds}
+    one = cases[0][1] if len(cases) == 1 else None
+    header = {"workload": workload.name, "case": workload.case_name(one) if one else args.case,
+              "cases": {name: workload.case_name(case) for name, case in cases}, "params": one, **device_info(),
+              "versions": versions(), "seconds": None if seeds else args.seconds,
+              "first_seed": None if seeds else args.first_seed, "seeds": seeds}
 
     def save(tally):  # whole or not at all: written beside, then moved over
         with open(f"{args.json}.part", "w") as handle:
             json.dump({**header, "results": tally}, handle, indent=1)
         os.replace(f"{args.json}.part", args.json)
 
-    tally = hunt(workload, case, impls, seed_order(case, args.first_seed, seeds),
+    tally = hunt(workload, cases, impls, seed_order(one, args.first_seed, seeds),
                  math.inf if seeds else args.seconds, "cuda" if on_gpu else "cpu",
                  report=lambda line: print(line, flush=True), save=save if args.json else None)
     for impl_name, entry in tally.items():
         if entry["load_error"]:
-            print(f"{name} {impl_name}: failed to load: {entry['load_error']}")
+            print(f"{header['case']} {impl_name}: failed to load: {entry['load_error']}")
             continue
         worst = ", ".join(f"{figure} {value:.3g}" for figure, value in entry["worst"].items())
-        print(f"{name} {impl_name}: {entry['inputs']} inputs, {len(entry['failures'])} failed"
-              + (f"; worst {worst}" if worst else ""))
-    failed_seeds = sorted({f["seed"] for entry in tally.values() for f in entry["failures"]})
-    if failed_seeds:
-        variants = "".join(f" --variant {spec}" for spec in args.variant)
-        print(f"check them again: python -m compare.hunt {args.workload} --case {args.case} --impl {args.impl}"
-              f"{variants} --seeds {','.join(map(str, failed_seeds))}")
-    return 1 if failed_seeds or any(entry["load_error"] for entry in tally.values()) else 0
+        print(f"{header['case']} {impl_name}: {entry['inputs']} inputs ({entry['items']} items), "
+              f"{len(entry['failures'])} failed" + (f"; worst {worst}" if worst else ""))
+    failed = {}
+    for entry in tally.values():
+        for failure in entry["failures"]:
+            failed.setdefault(failure["case"], set()).add(failure["seed"])
+    variants = "".join(f" --variant {spec}" for spec in args.variant)
+    for case_name, failed_seeds in failed.items():
+        print(f"check them again: python -m compare.hunt {args.workload} --case {case_name} --impl {args.impl}"
+              f"{variants} --seeds {','.join(map(str, sorted(failed_seeds)))}")
+    return 1 if failed or any(entry["load_error"] for entry in tally.values()) else 0
 
 
 if __name__ == "__main__":

@@ -193,6 +193,9 @@ class Workload:
     # with sizes picked from property_sizes["gpu"] or ["cpu"]
     properties: Callable | None = None
     property_sizes: dict | None = None
+    # bounded_check(inputs, output) -> Check or None: `check`'s verdict where the output's own figures settle it
+    # without the reference (eigh: its float64 eigendecomposition), else None; for hunts, whose inputs are all new
+    bounded_check: Callable[[Any, Any], Any] | None = None
 
     def implementation(self, name: str) -> Implementation:
         for impl in self.implementations:

@@ -6,6 +6,7 @@ n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's
 CUDA). The ports' stages one at a time: tests/test_eigh_stages.py.
 """
 import functools
+import json
 import importlib
 
 import pytest
@@ -312,3 +313,50 @@ def test_mosaic_gpu_probe_reports_what_lowers(capsys):
     assert probes[total + 1].split()[:3] == ["plain", "Warpgroup", "lowered"]
     gather = next(n for n, line in enumerate(probes) if line.startswith("gather rows"))
     assert all("lowered" not in line for line in probes[gather + 1:gather + 5])
+
+
+def test_bounded_check_settles_sound_outputs_with_the_checks_verdict():
+    # the eigenvalue gate settled by a bound from Q's own figures (spec.bounded_check), no float64 eigenvalues: on
+    # every family (torch's float32 eigh as the output) it passes as the check does, the bound at least the true
+    # figure and far inside the gate; an output that fails a figure before the eigenvalues gets the check's
+    # verdict and reason; where the bound cannot settle the gate (planted: a gate of 1e-6) it leaves it to the check
+    for index, case in enumerate(spec.SMOKE_CASES):
+        a = spec.make_inputs(spec._case(2, 48, case["cond"], 700 + index, case["family"]), 700 + index, DEVICE)
+        values, vectors = torch.linalg.eigh(a)
+        full, bounded = spec.check(a, (vectors, values), spec.reference(a)), spec.bounded_check(a, (vectors, values))
+        assert full.passed and bounded.passed, (case["family"], full, bounded)
+        assert full.errors["eigenvalues_scaled"] <= bounded.errors["eigenvalues_bound_scaled"] < 10, case["family"]
+    mixed = vectors.clone()
+    mixed[:, :, 0] += 1e-3 * mixed[:, :, 1]  # two columns no longer orthogonal (nor eigenvectors)
+    full, bounded = spec.check(a, (mixed, values), spec.reference(a)), spec.bounded_check(a, (mixed, values))
+    assert not full.passed and (bounded.passed, bounded.reason) == (full.passed, full.reason)
+
+
+def test_bounded_check_leaves_what_the_bound_cannot_settle_to_the_check(monkeypatch):
+    monkeypatch.setattr(spec, "EIGENVALUE_FACTOR", 1e-6)
+    a = spec.make_inputs(spec.SMOKE_CASES[0], 1, DEVICE)
+    values, vectors = torch.linalg.eigh(a)
+    assert spec.bounded_check(a, (vectors, values)) is None
+    assert "eigenvalues" in spec.check(a, (vectors, values), spec.reference(a)).reason
+
+
+def test_hunt_over_case_sets_counts_matrices_and_needs_the_reference_only_where_the_bound_is_open(tmp_path,
+                                                                                                  monkeypatch):
+    from compare.hunt import main as hunt_main
+
+    references, eigvalsh = [], torch.linalg.eigvalsh  # the reference's float64 eigenvalues, counted
+    monkeypatch.setattr(torch.linalg, "eigvalsh", lambda a: references.append(a.shape) or eigvalsh(a))
+    path = tmp_path / "hunt.json"
+    assert hunt_main(["eigh", "--case", "smoke,smoke:0", "--impl", "torch", "--seeds", "1,2", "--json",
+                      str(path)]) == 0
+    record = json.loads(path.read_text())
+    entry = record["results"]["torch"]
+    inputs = 2 * (len(spec.SMOKE_CASES) + 1)
+    assert entry["inputs"] == entry["settled_by_bound"] == inputs and entry["failures"] == [] and not references
+    assert entry["items"] == 2 * (sum(case["batch"] for case in spec.SMOKE_CASES) + spec.SMOKE_CASES[0]["batch"])
+    assert set(record["cases"]) == {f"smoke:{i}" for i in range(len(spec.SMOKE_CASES))}
+    monkeypatch.setattr(spec, "EIGENVALUE_FACTOR", 1e-6)  # no bound settles this gate: the reference decides
+    assert hunt_main(["eigh", "--case", "smoke:2", "--impl", "torch", "--seeds", "3", "--json", str(path)]) == 1
+    entry = json.loads(path.read_text())["results"]["torch"]
+    assert entry["settled_by_bound"] == 0 and len(references) == 1 and "eigenvalues" in entry["failures"][0]["reason"]
+    assert entry["failures"][0]["case"] == "smoke:2"
