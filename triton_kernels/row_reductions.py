@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 CHUNK = 1024  # elements of a row a step: a fixed size, so that a row's order depends on its length only
 
@@ -29,7 +30,19 @@ def _row_max(x_ptr, cols, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr):
+def _exp(x, LIBDEVICE: tl.constexpr):
+    """exp(x) in float32 as XLA computes it on a GPU, with libdevice's expf (XLA's exp; so that the torch mode's
+    softmax and the JAX transformation's can give the same bits): tl.exp is Triton's faster approximation, 2^(x
+    log2 e) by ex2.approx, a few units in the last place away and so other bits. The interpreter runs no libdevice
+    call: tl.exp there (NumPy's exp)."""
+    if LIBDEVICE:
+        return libdevice.exp(x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr, LIBDEVICE: tl.constexpr):
     """Row r of y = softmax(x) (or log_softmax): max, then the sum of exp(x - max), then y, each a pass in order."""
     row = tl.program_id(0).to(tl.int64)
     x_ptr += row * cols
@@ -39,7 +52,7 @@ def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr):
     total = tl.zeros([CHUNK], tl.float32)
     for start in range(0, cols, CHUNK):
         chunk = tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=float("-inf")).to(tl.float32)
-        total += tl.exp(chunk - largest)
+        total += _exp(chunk - largest, LIBDEVICE)
     total_sum = tl.sum(total, axis=0)
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
@@ -47,12 +60,13 @@ def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr):
         if LOG:
             value = chunk - largest - tl.log(total_sum)
         else:
-            value = tl.exp(chunk - largest) / total_sum
+            value = _exp(chunk - largest, LIBDEVICE) / total_sum
         tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _softmax_backward_kernel(g_ptr, y_ptr, dx_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr):
+def _softmax_backward_kernel(g_ptr, y_ptr, dx_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr,
+                             LIBDEVICE: tl.constexpr):
     """Row r of the input's gradient from the output's gradient g and the output y: softmax y (g - sum(g y));
     log_softmax g - exp(y) sum(g)."""
     row = tl.program_id(0).to(tl.int64)
@@ -74,7 +88,7 @@ def _softmax_backward_kernel(g_ptr, y_ptr, dx_ptr, cols, LOG: tl.constexpr, CHUN
         g = tl.load(g_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
         y = tl.load(y_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
         if LOG:
-            value = g - tl.exp(y) * total_sum
+            value = g - _exp(y, LIBDEVICE) * total_sum
         else:
             value = y * (g - total_sum)
         tl.store(dx_ptr + start + offsets, value.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -173,7 +187,7 @@ def softmax(x: torch.Tensor, log: bool, dtype: torch.dtype) -> torch.Tensor:
     x, rows, cols = _rows(x)
     y = torch.empty(x.shape, device=x.device, dtype=dtype)
     if rows and cols:
-        _softmax_kernel[(rows,)](x, y, cols, LOG=log, CHUNK=_chunk(cols))
+        _softmax_kernel[(rows,)](x, y, cols, LOG=log, CHUNK=_chunk(cols), LIBDEVICE=x.is_cuda)
     return y
 
 
@@ -183,7 +197,7 @@ def softmax_backward(g: torch.Tensor, y: torch.Tensor, log: bool, dtype: torch.d
     y = y.contiguous()
     dx = torch.empty(g.shape, device=g.device, dtype=dtype)
     if rows and cols:
-        _softmax_backward_kernel[(rows,)](g, y, dx, cols, LOG=log, CHUNK=_chunk(cols))
+        _softmax_backward_kernel[(rows,)](g, y, dx, cols, LOG=log, CHUNK=_chunk(cols), LIBDEVICE=g.is_cuda)
     return dx
 
 

@@ -2,12 +2,15 @@
 between the frameworks from its first attention on, by one bfloat16 unit in a few elements).
 
 The torch mode runs softmax in its Triton row kernel (exp, sum and division in the kernel); the JAX transformation
-leaves exp and the division to XLA and sums on the Pallas row kernel. This compares, on the same float32 rows:
+leaves exp and the division to XLA and sums on the Pallas row kernel. At the record the kernel took Triton's
+`tl.exp` (2^(x log2 e) by ex2.approx); XLA calls libdevice's expf for exp and lowers float32 division to div.full
+(its NVPTX option -nvptx-prec-divf32=1, as Triton's `/`), so the kernel now takes libdevice's exp and keeps `/`
+(triton_kernels/row_reductions.py, `_exp`). This compares, on the same float32 rows:
 1. the two modes' softmax, rounded to bfloat16 as the decoder rounds it, at row lengths 8 to 4096;
 2. the elementwise steps alone: Triton's exp (`tl.exp`, libdevice's `exp`) and division (`/`, `div_rn`) against
    XLA's and torch's, on 2^24 values;
-3. the Triton row kernels' softmax with libdevice's exp and a rounded division (the module's text, changed in those
-   two places), against the JAX mode.
+3. two variants of the row kernels (the module's text, changed in one place, loaded from a file): `tl.exp`, as at
+   the record, and libdevice's exp with a correctly rounded division (`div_rn`), against the JAX mode.
 
     python results/h200/experiments/batch-invariant/softmax_bits.py   (on a GPU)
 """
@@ -41,22 +44,24 @@ def _elementwise(x_ptr, s_ptr, exp_fast, exp_libdevice, div_fast, div_rn, BLOCK:
     tl.store(div_rn + offsets, tl.math.div_rn(x, s))
 
 
-def rounded_row_kernels():
-    """triton_kernels/row_reductions.py with libdevice's exp and a correctly rounded division in its softmax: the
-    module's own text, changed in those two places and loaded from a file (Triton compiles kernels from files)."""
+def row_kernels_variant(name: str, old: str, new: str):
+    """triton_kernels/row_reductions.py with `old` replaced by `new` (once), loaded from a file as module `name`
+    (Triton compiles kernels from files)."""
     source = Path(row_reductions.__file__).read_text()
-    changed = source.replace("tl.exp(chunk - largest) / total_sum",
-                             "tl.math.div_rn(libdevice.exp(chunk - largest), total_sum)")
-    changed = changed.replace("total += tl.exp(chunk - largest)", "total += libdevice.exp(chunk - largest)")
-    changed = changed.replace("import triton.language as tl\n",
-                              "import triton.language as tl\nfrom triton.language.extra import libdevice\n")
-    assert changed.count("libdevice.exp") == 2, "the row kernels' softmax changed: update this experiment"
-    path = Path(tempfile.mkdtemp()) / "row_reductions_rounded.py"
-    path.write_text(changed)
-    spec = importlib.util.spec_from_file_location("row_reductions_rounded", path)
+    assert source.count(old) == 1, "the row kernels changed: update this experiment"
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(source.replace(old, new))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+VARIANTS = {  # name: (old, new) in the row kernels' text
+    "tl.exp (the record's kernel)": ("        return libdevice.exp(x)\n", "        return tl.exp(x)\n"),
+    "libdevice exp and div_rn": ("_exp(chunk - largest, LIBDEVICE) / total_sum",
+                                 "tl.math.div_rn(_exp(chunk - largest, LIBDEVICE), total_sum)"),
+}
 
 
 def differing(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -86,16 +91,18 @@ def softmaxes():
     print(f"1. and 3. softmax of the same float32 rows ({ROWS} rows), rounded to bfloat16: elements whose bits differ "
           "from the JAX mode's")
     transformed = jax.jit(batch_invariant_jax.batch_invariant(lambda x: jax.nn.softmax(x, axis=-1)))
-    rounded_kernels = rounded_row_kernels()
+    variants = {name: row_kernels_variant(f"row_reductions_{index}", *change)
+                for index, (name, change) in enumerate(VARIANTS.items())}
     for cols in LENGTHS:
         generator = torch.Generator(device="cuda").manual_seed(cols)
         scores = 4 * torch.randn(ROWS, cols, device="cuda", generator=generator)
         jax_mode = torch.from_dlpack(transformed(jnp.from_dlpack(scores))).bfloat16()
         with batch_invariant.batch_invariant():
             torch_mode = torch.softmax(scores, -1).bfloat16()
-        rounded = rounded_kernels.softmax(scores, log=False, dtype=torch.float32)
-        print(f"   length {cols:>5d}: torch mode {differing(torch_mode, jax_mode)}; "
-              f"the kernel with libdevice exp and div_rn {differing(rounded.bfloat16(), jax_mode)}")
+        line = f"   length {cols:>5d}: torch mode {differing(torch_mode, jax_mode)}"
+        for name, module in variants.items():
+            line += f"; {name} {differing(module.softmax(scores, log=False, dtype=torch.float32).bfloat16(), jax_mode)}"
+        print(line)
 
 
 if __name__ == "__main__":
