@@ -34,6 +34,8 @@ import numpy as np
 
 EPS32 = float(np.finfo(np.float32).eps)
 BISECTION_STEPS = 64  # halves a float64 interval to its last bits: no convergence test
+SOLVER = "bisection"  # or "fixed-weight" (`secular_roots_fixed_weight`, FIXED_WEIGHT_STEPS steps)
+FIXED_WEIGHT_STEPS = 10
 
 
 def tridiagonal(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -79,9 +81,102 @@ def secular_roots(d: np.ndarray, z: np.ndarray, rho: float):
     return origin, (low + high) / 2, shifted
 
 
+def secular_roots_fixed_weight(d: np.ndarray, z: np.ndarray, rho: float):
+    """`secular_roots` by FIXED_WEIGHT_STEPS steps of LAPACK dlaed4's fixed-weight iteration, in float64 (the
+    candidate for fewer passes over the poles than bisection's): the first guess from the interval's two poles with
+    the other terms frozen at its middle; then each step matches f's value and slope by a model that keeps the
+    origin pole's own weight and solves its quadratic, a Newton step where that points the wrong way, half the
+    way to the bracket's end where it leaves the bracket; the bracket shrinks by f's sign, and a root stops moving
+    once |f| is within its rounding. The last root is modelled with the last two poles, as dlaed4 does."""
+    k = len(d)
+    if k == 1:
+        return np.zeros(1, int), np.array([rho * z[0] ** 2]), np.zeros((1, 1))
+    iterations = FIXED_WEIGHT_STEPS
+    EPS = np.finfo(np.float64).eps
+    i = np.arange(k)
+    z2 = z * z
+    rhoinv = 1 / rho
+    last = i == k - 1
+    # the interval's poles: interior root i in (d_i, d_{i+1}); the last in (d_{k-1}, d_{k-1} + rho |z|^2), modelled
+    # with the pair (k-2, k-1) as LAPACK does
+    lo_idx = np.where(last, k - 2, i)
+    hi_idx = np.where(last, k - 1, i + 1)
+    gap = d[hi_idx] - d[lo_idx]
+    # the middle and f there
+    mid = np.where(last, d[k - 1] + rho * z2.sum() / 2, (d[lo_idx] + d[hi_idx]) / 2)
+    with np.errstate(all="ignore"):
+        at_mid_terms = z2[None, :] / (d[None, :] - mid[:, None])
+    f_mid = rhoinv + at_mid_terms.sum(axis=1)
+    pair = (i[None, :] == lo_idx[:, None]) | (i[None, :] == hi_idx[:, None])
+    c_frozen = rhoinv + np.where(pair, 0.0, at_mid_terms).sum(axis=1)
+    # origin: the nearer pole (f(mid) >= 0: below the middle, nearer d_lo); the last root: d_{k-1}
+    orgati = (f_mid >= 0) & ~last
+    origin = np.where(last, k - 1, np.where(orgati, lo_idx, hi_idx))
+    shifted = d[None, :] - d[origin][:, None]  # d_j - d_origin
+    lower = np.where(last, 0.0, np.where(orgati, 0.0, -gap))  # the bracket, as offsets from the origin
+    upper = np.where(last, rho * z2.sum(), np.where(orgati, gap / 2, 0.0))
+    lower = np.where(~orgati & ~last, -gap / 2, lower)
+    # first guess: the two poles with their own weights, the rest frozen at the middle (dlaed4)
+    with np.errstate(all="ignore"):
+        a_o = c_frozen * gap + z2[lo_idx] + z2[hi_idx]
+        b_o = z2[lo_idx] * gap
+        tau_o = np.where(a_o > 0, 2 * b_o / (a_o + np.sqrt(np.abs(a_o * a_o - 4 * b_o * c_frozen))),
+                         (a_o - np.sqrt(np.abs(a_o * a_o - 4 * b_o * c_frozen))) / (2 * c_frozen))
+        a_u = -c_frozen * gap + z2[lo_idx] + z2[hi_idx]
+        b_u = -z2[hi_idx] * gap
+        tau_u = np.where(a_u > 0, 2 * b_u / (a_u + np.sqrt(np.abs(a_u * a_u - 4 * b_u * c_frozen))),
+                         (a_u - np.sqrt(np.abs(a_u * a_u - 4 * b_u * c_frozen))) / (2 * c_frozen))
+        # the last root: relative to d_{k-1}, the pair (k-2, k-1) frozen rest at its middle
+        a_l = -c_frozen * gap + z2[lo_idx] + z2[hi_idx]
+        b_l = -z2[hi_idx] * gap
+        tau_l = np.where(a_l <= 0, (a_l - np.sqrt(np.abs(a_l * a_l - 4 * b_l * c_frozen))) / (2 * c_frozen),
+                         2 * b_l / (a_l + np.sqrt(np.abs(a_l * a_l - 4 * b_l * c_frozen))))
+    tau = np.where(last, tau_l, np.where(orgati, tau_o, tau_u))
+    tau = np.where(np.isfinite(tau) & (tau > lower) & (tau < upper), tau, (lower + upper) / 2)
+    done = np.zeros(k, bool)
+    below_pair = i[None, :] <= lo_idx[:, None]  # psi: poles j <= lo; phi: j > lo (for the last: phi = pole k-1)
+    for _ in range(iterations):
+        delta = shifted - tau[:, None]  # d_j - lambda
+        with np.errstate(all="ignore"):
+            inv = 1 / delta
+        terms = z2[None, :] * inv
+        psi = np.where(below_pair, terms, 0).sum(1)
+        phi = np.where(below_pair, 0, terms).sum(1)
+        dpsi = np.where(below_pair, terms * inv, 0).sum(1)
+        dphi = np.where(below_pair, 0, terms * inv).sum(1)
+        w = rhoinv + psi + phi
+        dw = dpsi + dphi
+        erretm = 8 * (np.abs(terms).sum(1) + rhoinv) + np.abs(tau) * dw  # w's rounding, generously
+        done = done | (np.abs(w) <= EPS * erretm)
+        lower = np.where(w < 0, np.maximum(lower, tau), lower)
+        upper = np.where(w < 0, upper, np.minimum(upper, tau))
+        d_lo = delta[i, lo_idx]
+        d_hi = delta[i, hi_idx]
+        z_lo, z_hi = z2[lo_idx], z2[hi_idx]
+        with np.errstate(all="ignore"):
+            c_int = np.where(orgati, w - d_hi * dw - (d_lo - d_hi) * z_lo / d_lo ** 2,
+                             w - d_lo * dw - (d_hi - d_lo) * z_hi / d_hi ** 2)
+            c_last = w - d_lo * dpsi - d_hi * dphi
+            c = np.where(last, c_last, c_int)
+            a = (d_lo + d_hi) * w - d_lo * d_hi * dw
+            b = d_lo * d_hi * w
+            root = np.sqrt(np.abs(a * a - 4 * b * c))
+            eta_int = np.where(c == 0, b / a, np.where(a <= 0, (a - root) / (2 * c), 2 * b / (a + root)))
+            c_abs = np.abs(c)
+            root_l = np.sqrt(np.abs(a * a - 4 * b * c_abs))
+            eta_last = np.where(a >= 0, (a + root_l) / (2 * c_abs), 2 * b / (a - root_l))
+            eta = np.where(last, eta_last, eta_int)
+            eta = np.where(w * eta >= 0, -w / dw, eta)  # the model's step the wrong way: Newton's
+        new = tau + eta
+        outside = ~np.isfinite(new) | (new >= upper) | (new <= lower)
+        new = np.where(outside, np.where(w < 0, (tau + upper) / 2, (tau + lower) / 2), new)
+        tau = np.where(done, tau, new)
+    return origin, tau, shifted
+
+
 def rank_one_update(d: np.ndarray, z: np.ndarray, rho: float):
     """Eigenvalues (float64) and vectors (float64, k x k) of diag(d) + rho z z^T, d increasing, z without zeros."""
-    origin, tau, shifted = secular_roots(d, z, rho)
+    origin, tau, shifted = (secular_roots_fixed_weight if SOLVER == "fixed-weight" else secular_roots)(d, z, rho)
     values = d[origin] + tau
     # differences lambda_i - d_j = tau_i - (d_j - d_origin(i)), never formed from two rounded eigenvalues
     gaps = tau[:, None] - shifted  # [i, j]: lambda_i - d_j
@@ -190,7 +285,7 @@ def special_tridiagonals(n: int = 512) -> dict[str, tuple[np.ndarray, np.ndarray
 
 
 def main(argv=None) -> int:
-    global BISECTION_STEPS
+    global BISECTION_STEPS, SOLVER, FIXED_WEIGHT_STEPS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=512)
     parser.add_argument("--matrices", type=int, default=4, help="matrices a family")
@@ -200,15 +295,21 @@ def main(argv=None) -> int:
     parser.add_argument("--special", action="store_true", help="also the hard tridiagonals (glued Wilkinson, ...)")
     parser.add_argument("--corpus", help="also the T's of a saved corpus (a list of dicts with d, e, figures)")
     parser.add_argument("--steps", type=int, default=BISECTION_STEPS, help="bisection steps a root (default 64)")
+    parser.add_argument("--solver", choices=("bisection", "fixed-weight"), default=SOLVER,
+                        help="the secular equation's roots by bisection (--steps) or dlaed4's fixed-weight iteration "
+                             "(--fixed-weight-steps)")
+    parser.add_argument("--fixed-weight-steps", type=int, default=FIXED_WEIGHT_STEPS)
     args = parser.parse_args(argv)
-    BISECTION_STEPS = args.steps
+    BISECTION_STEPS, SOLVER, FIXED_WEIGHT_STEPS = args.steps, args.solver, args.fixed_weight_steps
     sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
     from ports import eigh as spec
 
     families = args.families.split(",") if args.families else sorted(
         {case["family"] for case in spec.TEST_CASES + spec.BENCH_CASES})
 
-    print(f"divide and conquer, n={args.n}, leaf={args.leaf}, {args.steps} bisection steps, {args.matrices} matrices "
+    steps = (f"{args.steps} bisection steps" if SOLVER == "bisection"
+             else f"{args.fixed_weight_steps} fixed-weight steps")
+    print(f"divide and conquer, n={args.n}, leaf={args.leaf}, {steps}, {args.matrices} matrices "
           "a family; figures: worst "
           "over the family, as multiples of the gates' units (gates: residual 200, orthogonality 100, eigenvalues 200)")
     print(f"{'family':34} {'residual':>9} {'orthog.':>9} {'eigenv.':>9} {'seconds':>8}")
