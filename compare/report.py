@@ -171,7 +171,8 @@ def plot(record: dict, path) -> None:
     plt.close(fig)
 
 
-CALL_PARTS = (("kernel_ms", "kernels"), ("overhead_ms", "host path (own framework)"), ("bridge_ms", "from torch: bridge"))
+CALL_PARTS = (("kernel_ms", "kernels"), ("overhead_ms", "host path (own framework)"),
+              ("bridge_ms", "from torch: bridge"))
 
 
 def call_parts(record: dict) -> list[Result]:

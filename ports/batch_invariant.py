@@ -27,8 +27,9 @@ mean, or the fused op torch may run for it), over the last dimension(s). A sum o
 weight's gradient, a loss over the batch) runs on the same kernel over the transposed rows, in an order fixed by the
 sizes alone (a function of the batch by definition); an integer or boolean sum, exact in any order, runs as a
 cumulative sum. `scaled_dot_product_attention` runs as its definition on the mode's products and softmax, its scores
-in float32 as flash attention keeps them (registered above autograd, in place of torch's choice among flash, memory-efficient, cuDNN and math kernels). Leaving the mode
-restores torch's kernels exactly (the overrides are one torch.library registration, destroyed on exit).
+in float32 as flash attention keeps them (registered above autograd, in place of torch's choice among flash,
+memory-efficient, cuDNN and math kernels). Leaving the mode restores torch's kernels exactly (the overrides are one
+torch.library registration, destroyed on exit).
 """
 from __future__ import annotations
 

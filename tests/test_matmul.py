@@ -205,7 +205,8 @@ def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
 
 @pytest.mark.parametrize("m, n, tiles", [
     (1, 4096, (64, 32, 128)), (64, 4096, (64, 32, 128)), (128, 4096, (64, 64, 64)), (16, 14336, (64, 64, 64)),
-    (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)), (512, 14336, (128, 256, 64))])
+    (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)),
+    (512, 14336, (128, 256, 64))])
 def test_tiling_gives_about_a_program_per_sm(m, n, tiles):
     chosen = matmul_common.matmul_tiling(m, n)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles

@@ -28,7 +28,8 @@ from ports.matmul_common import MatmulTiling, matmul_tiling
 
 @triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_ab,
-                   stride_bb, stride_cb, TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr, GROUP_M: tl.constexpr):
+                   stride_bb, stride_cb, TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr,
+                   GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
     matrix = tl.program_id(1).to(tl.int64)
     a_ptr += matrix * stride_ab
