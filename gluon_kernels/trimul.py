@@ -31,7 +31,8 @@ import torch
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from gluon_kernels.matmul import descriptor, k_loop, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length, scratch
+from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
+                                  refuse_non_finite, scratch)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
@@ -238,7 +239,8 @@ def _out_norm_project_kernel(product_desc, gated_desc, gamma_ptr, beta_ptr, weig
 def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)` on a CUDA GPU; returns [B, N, N, dim] float32.
 
-    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows.
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
+    Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data)
     x, mask, weights, config = data
@@ -278,4 +280,5 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         descriptor(out_weight_t, [channels, tiles.tile_out]), descriptor(out, [tiles.rows, tiles.tile_out]),
         batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
+    refuse_non_finite(bool(out[..., 0].isfinite().all()), "gluon")
     return out if seq == length else out[:, :length, :length].contiguous()

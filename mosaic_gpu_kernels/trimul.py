@@ -34,7 +34,7 @@ from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
 from mosaic_gpu_kernels.matmul import MosaicTiling, one_warpgroup_tile, warp_specialised_tile
 from ports.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import check_kernel_sizes, largest_power_of_two_dividing, padded_length
+from ports.trimul_common import check_kernel_sizes, largest_power_of_two_dividing, padded_length, refuse_non_finite
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 PAIRS = 64  # pairs per CTA in the norm, projection and output kernels: one warpgroup's wgmma rows
@@ -275,13 +275,15 @@ def _trimul(x, mask, weights, *, hidden: int, interpret: bool):
         kernel_name="trimul_out_norm_project", **_params(interpret),
     )(product.reshape(batch * channels, seq * seq), gated, by_channel(weights["to_out_norm.weight"]),
       by_channel(weights["to_out_norm.bias"]), out_weight_t)
-    return (out if width == dim else out[:, :dim]).reshape(batch, seq, seq, dim)
+    out = (out if width == dim else out[:, :dim]).reshape(batch, seq, seq, dim)
+    return out, jnp.isfinite(out[..., 0]).all()
 
 
 def trimul(data):
     """TriMul forward for `(x, mask, weights, config)` as JAX arrays; returns [B, N, N, dim] float32.
 
-    Runs the compiled kernels on a GPU and Mosaic GPU's interpreter elsewhere.
+    Runs the compiled kernels on a GPU and Mosaic GPU's interpreter elsewhere. Raises Float16RangeError where the
+    input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data)
     x, mask, weights, config = data
@@ -293,5 +295,6 @@ def trimul(data):
                          f"{MAX_DIM}, got {dim}")
     if seq != length:  # zeros, with mask 0: see padded_length
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
-    out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    out, finite = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    refuse_non_finite(bool(finite), "mosaic_gpu")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -25,7 +25,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import kernel_tiling, padded_length
+from ports.trimul_common import kernel_tiling, padded_length, refuse_non_finite
 
 
 def _dot_nt(a, b):
@@ -190,13 +190,15 @@ def _trimul(x, mask, weights, *, hidden, interpret):
         name="trimul_out_norm_project",
     )(product.reshape(batch * hidden, seq * seq), gated, weights["to_out_norm.weight"],
       weights["to_out_norm.bias"], out_weight_t)
-    return out.reshape(batch, seq, seq, dim)
+    out = out.reshape(batch, seq, seq, dim)
+    return out, jnp.isfinite(out[..., 0]).all()
 
 
 def trimul(data):
     """TriMul forward for `(x, mask, weights, config)` as JAX arrays; returns [B, N, N, dim] float32.
 
-    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere.
+    Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere. Raises Float16RangeError where the
+    input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data)
     x, mask, weights, config = data
@@ -204,5 +206,6 @@ def trimul(data):
     seq = padded_length(length)
     if seq != length:  # zeros, with mask 0: see padded_length
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
-    out = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    out, finite = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    refuse_non_finite(bool(finite), "pallas")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -155,13 +155,20 @@ def validate(data) -> None:
             raise TypeError(f"weights[{name!r}] must be float32, got {dtype_name(weights[name])}")
 
 
-def _forward_torch(x, mask, weights, hidden: int):
-    """The module's forward pass in whatever dtype the tensors have (GPU MODE's reference)."""
+def gated_projections(x, mask, weights):
+    """The normalised x and the gated left and right projections, in whatever dtype the tensors have."""
     w = weights
     x = F.layer_norm(x, (x.shape[-1],), w["norm.weight"], w["norm.bias"], LAYER_NORM_EPS)
     mask = mask.to(x.dtype).unsqueeze(-1)
     left = (x @ w["left_proj.weight"].T) * mask * torch.sigmoid(x @ w["left_gate.weight"].T)
     right = (x @ w["right_proj.weight"].T) * mask * torch.sigmoid(x @ w["right_gate.weight"].T)
+    return x, left, right
+
+
+def _forward_torch(x, mask, weights, hidden: int):
+    """The module's forward pass in whatever dtype the tensors have (GPU MODE's reference)."""
+    w = weights
+    x, left, right = gated_projections(x, mask, w)
     out = torch.einsum("bikh,bjkh->bijh", left, right)
     out = F.layer_norm(out, (hidden,), w["to_out_norm.weight"], w["to_out_norm.bias"], LAYER_NORM_EPS)
     out = out * torch.sigmoid(x @ w["out_gate.weight"].T)

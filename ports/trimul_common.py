@@ -1,5 +1,5 @@
 """What the TriMul kernel ports share: their tiling and the heuristic that picks it, the sequence padding, scratch
-buffers and the sizes the kernels take."""
+buffers, the sizes the kernels take and the refusal of inputs beyond their float16 range."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -89,3 +89,24 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     return TriMulTiling(rows=128, norm_rows=64 if dim <= 128 else 32, tile_dim=largest_power_of_two_dividing(dim, 64),
                         tile_out=largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
+
+
+class Float16RangeError(ValueError):
+    """A TriMul kernel port's float16 intermediates could not hold this input's range, or the input is not finite."""
+
+
+def refuse_non_finite(finite: bool, port: str) -> None:
+    """Raise Float16RangeError unless `finite`: whether column 0 of the port's output is finite everywhere.
+
+    The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
+    largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as
+    inf or NaN, and that LayerNorm then makes every element of those pairs' output rows NaN: so column 0 tells, at
+    the cost of a strided read of B*N*N floats and one synchronisation a call. What it misses: an overflow of the
+    last float16 cast, the normalised product before the output projection, which needs output-norm weights
+    beyond about 65504 / sqrt(hidden).
+    """
+    if not finite:
+        raise Float16RangeError(
+            f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
+            f"(the projections and the triangle products must stay within +-65504), or the input holds inf or NaN; "
+            f"the float32 implementations (torch, torch_compile, jax_xla) take such inputs")

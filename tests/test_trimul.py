@@ -12,6 +12,7 @@ import torch
 import ports
 from ports import to_framework, to_torch
 from ports import trimul as spec
+from ports.trimul_common import Float16RangeError
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -138,6 +139,29 @@ def test_sizes_the_kernels_cannot_tile_are_refused(port, change, message):
     case = dict(SMOKE[0], **change)
     with pytest.raises(ValueError, match=message):  # refused before any kernel runs
         run_port(port, spec.make_inputs(case, 1, DEVICE), skip_what_cannot_run=False)
+
+
+# Inputs beyond the kernel ports' float16 range: the left and right projection and gate weights `scale` times GPU
+# MODE's. At 50 the triangle products of some pairs pass float16's 65504; at 20000 the projections do too.
+FLOAT16_MAX = 65504.0
+LEFT_RIGHT = ("left_proj.weight", "left_gate.weight", "right_proj.weight", "right_gate.weight")
+
+
+@pytest.mark.parametrize("scale", [50, 20000])
+@pytest.mark.parametrize("impl", PORTS + ("torch", "jax_xla"))
+def test_input_beyond_float16_is_refused_by_ports_and_computed_by_baselines(impl, scale):
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
+    data = (x, mask, {name: value * scale if name in LEFT_RIGHT else value for name, value in weights.items()}, config)
+    _, left, right = spec.gated_projections(x.double(), mask, {name: value.double() for name, value in data[2].items()})
+    product = torch.einsum("bikh,bjkh->bijh", left, right)
+    assert float(product.abs().max()) > FLOAT16_MAX  # the family leaves float16's range
+    assert (float(left.abs().max()) > FLOAT16_MAX) == (scale == 20000)
+    if spec.WORKLOAD.implementation(impl).ported:
+        with pytest.raises(Float16RangeError, match="overflows its float16 intermediates"):
+            run_port(impl, data)
+    else:
+        verdict = spec.check(data, run_port(impl, data), spec.reference(data))
+        assert verdict.passed, verdict.reason
 
 
 # Sequence lengths that are no multiple of 16: the ports pad N with zeros (mask 0) and cut the output.

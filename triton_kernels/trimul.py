@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import TriMulTiling, kernel_tiling, padded_inputs, padded_length, scratch
+from ports.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
+                                  scratch)
 
 
 @triton.jit
@@ -155,7 +156,8 @@ def triton_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
 def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
 
-    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows.
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
+    Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data)
     x, mask, weights, config = data
@@ -191,4 +193,5 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
         TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
+    refuse_non_finite(bool(out[..., 0].isfinite().all()), "triton")
     return out if seq == length else out[:, :length, :length].contiguous()
