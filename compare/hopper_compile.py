@@ -14,6 +14,8 @@ launch does (`_launch_specialisation`), the closer model of the GPU's registers 
 Neither compile bounds the other's shared memory (matmul bench:6 needs 144 KB specialised, 48
 not; eigh's one-launch kernel at 2048 needed more unspecialised, as the GPU's Triton 3.6 did),
 so the tests guard with both.
+
+`lower_for_hopper` does the same for the JAX ports: a traced function lowered for CUDA as on an H200, no GPU needed.
 """
 from __future__ import annotations
 
@@ -41,6 +43,29 @@ class CompiledKernel:
     registers: int | None = None
     spilled_bytes: int | None = None
     error: str | None = None
+
+
+def lower_for_hopper(jitted, *args, **kwargs):
+    """The jitted function traced on these arguments and lowered for CUDA as on an H200, on any machine.
+
+    jax 0.11's Pallas-Triton lowering asks the device for its compute capability and, on a machine without a GPU,
+    takes it from an abstract device only (jax 0.10 assumed one). Where the plain lowering says so, the function is
+    traced and lowered again under an abstract mesh whose device is an H200 (the trace reads the mesh, so it happens
+    inside too). Only there: Mosaic GPU's lowering needs no device, and jax 0.11.2's fails under such a mesh
+    ("Shaped arrays must be represented by ir.Values"). The abstract device's class is not exported by jax: hence
+    the private import.
+    """
+    import jax
+    from jax._src.mesh import AbstractDevice
+
+    try:
+        return jitted.trace(*args, **kwargs).lower(lowering_platforms=("cuda",))
+    except RuntimeError as error:
+        if "No supported GPU devices found" not in str(error):
+            raise
+    h200 = AbstractDevice(device_kind="NVIDIA H200", num_cores=132, platform="gpu")
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("device",), abstract_device=h200)):
+        return jitted.trace(*args, **kwargs).lower(lowering_platforms=("cuda",))
 
 
 def _argument_type(value) -> str:

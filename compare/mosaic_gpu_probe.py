@@ -15,6 +15,8 @@ import sys
 
 import numpy as np
 
+from compare.hopper_compile import lower_for_hopper
+
 N = 64
 
 
@@ -136,8 +138,7 @@ def lower_and_run(body, semantics, interpret_params, value):
             interpret=interpret_params() if interpret else None)
 
     try:
-        text = jax.jit(kernel(False)).trace(jax.ShapeDtypeStruct((N, N), jnp.float32)).lower(
-            lowering_platforms=("cuda",)).as_text()
+        text = lower_for_hopper(jax.jit(kernel(False)), jax.ShapeDtypeStruct((N, N), jnp.float32)).as_text()
     except Exception as error:  # noqa: BLE001 - the probe reports what the lowering says
         return _short(error), None
     lowered = "lowered" if "mosaic_gpu" in text else "lowered, but no Mosaic GPU call in the module"

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import ports.batch_invariant as bi
+from compare.hopper_compile import lower_for_hopper
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
@@ -419,5 +420,5 @@ def test_the_pallas_row_kernel_lowers_for_cuda():
     from pallas_kernels.row_reductions import _row_sum
 
     rows = jax.ShapeDtypeStruct((6, 3000), jax.numpy.bfloat16)
-    lowered = jax.jit(functools.partial(_row_sum, interpret=False)).trace(rows).lower(lowering_platforms=("cuda",))
+    lowered = lower_for_hopper(jax.jit(functools.partial(_row_sum, interpret=False)), rows)
     assert "triton" in lowered.as_text()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from compare.__main__ import main as compare_main
+from compare.hopper_compile import lower_for_hopper
 from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
 from ports import matmul_common
@@ -221,7 +222,7 @@ def test_pallas_port_lowers_for_cuda(m):
     tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
     a = jax.numpy.zeros((2, -(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # M padded to a whole tile
     b = jax.numpy.zeros((2, 4096, 4096), jax.numpy.bfloat16)
-    lowered = _matmul.trace(a, b, out="same", interpret=False).lower(lowering_platforms=("cuda",))
+    lowered = lower_for_hopper(_matmul, a, b, out="same", interpret=False)
     assert "triton" in lowered.as_text()
 
 
@@ -256,7 +257,7 @@ def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     for batch in ((), (3,)):  # one product, and a batch of three (the batch-invariant mode's)
         a = jax.ShapeDtypeStruct((*batch, pm, pk), jax.numpy.bfloat16)
         b = jax.ShapeDtypeStruct((*batch, pk, pn), jax.numpy.bfloat16)
-        lowered = _matmul.trace(a, b, out=out, tiles=tiles, interpret=False).lower(lowering_platforms=("cuda",))
+        lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False)
         assert "mosaic_gpu" in lowered.as_text()
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ports
+from compare.hopper_compile import lower_for_hopper
 from ports import to_framework, to_torch
 from ports import trimul as spec
 from ports.trimul_common import Float16RangeError
@@ -206,8 +207,7 @@ def test_pallas_port_lowers_for_cuda():
     jax = pytest.importorskip("jax")
     from pallas_kernels.trimul import _trimul
     x, mask, weights, config = to_framework("jax", spec.make_inputs(SMOKE[0], 1, "cpu"))
-    lowered = _trimul.trace(x, mask, weights, hidden=config["hidden_dim"], interpret=False).lower(
-        lowering_platforms=("cuda",))
+    lowered = lower_for_hopper(_trimul, x, mask, weights, hidden=config["hidden_dim"], interpret=False)
     assert "triton" in lowered.as_text()
 
 
@@ -223,9 +223,9 @@ def test_mosaic_gpu_port_lowers_for_cuda(batch, seq, dim, hidden):
               "to_out_norm.bias": (hidden,), "to_out.weight": (dim, hidden)}
     shapes.update({f"{name}.weight": (hidden, dim) for name in spec.PROJECTIONS})
     weights = {name: jax.ShapeDtypeStruct(shape, "float32") for name, shape in shapes.items()}
-    lowered = _trimul.trace(jax.ShapeDtypeStruct((batch, seq, seq, dim), "float32"),
-                            jax.ShapeDtypeStruct((batch, seq, seq), "float32"), weights, hidden=hidden,
-                            interpret=False).lower(lowering_platforms=("cuda",))
+    lowered = lower_for_hopper(_trimul, jax.ShapeDtypeStruct((batch, seq, seq, dim), "float32"),
+                               jax.ShapeDtypeStruct((batch, seq, seq), "float32"), weights, hidden=hidden,
+                               interpret=False)
     assert lowered.as_text().count("mosaic_gpu") >= 4
 
 
