@@ -2,6 +2,7 @@
 buffers, the sizes the kernels take and the refusal of inputs beyond their float16 range."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -95,17 +96,18 @@ class Float16RangeError(ValueError):
     """A TriMul kernel port's float16 intermediates could not hold this input's range, or the input is not finite."""
 
 
-def refuse_non_finite(finite: bool, port: str) -> None:
-    """Raise Float16RangeError unless `finite`: whether column 0 of the port's output is finite everywhere.
+def refuse_non_finite(column_sum: float, port: str) -> None:
+    """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output, is finite.
 
     The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
     largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as
-    inf or NaN, and that LayerNorm then makes every element of those pairs' output rows NaN: so column 0 tells, at
-    the cost of a strided read of B*N*N floats and one synchronisation a call. What it misses: an overflow of the
-    last float16 cast, the normalised product before the output projection, which needs output-norm weights
-    beyond about 65504 / sqrt(hidden).
+    inf or NaN, and that LayerNorm then makes every element of those pairs' output rows NaN: so column 0 tells, and
+    its sum (one reduction kernel) is finite exactly where each of its elements is, unless the sum itself passes
+    float32's range. The cost a call: a strided read of B*N*N floats and one synchronisation. What it misses: an
+    overflow of the last float16 cast, the normalised product before the output projection, which needs output-norm
+    weights beyond about 65504 / sqrt(hidden).
     """
-    if not finite:
+    if not math.isfinite(column_sum):
         raise Float16RangeError(
             f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
             f"(the projections and the triangle products must stay within +-65504), or the input holds inf or NaN; "
