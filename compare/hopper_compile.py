@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from compare.one_case import one_case, one_case_arguments
+from ports.trimul_common import Float16RangeError
 
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
 TORCH_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32", "int64": "i64",
@@ -187,6 +188,8 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
     JITFunction.run = compile_instead
     try:
         function(inputs)
+    except Float16RangeError:
+        pass  # a TriMul port's range check read its output, which no kernel wrote here (eigh's bounds start zeroed)
     finally:
         JITFunction.run = original
     return list(compiled.values())
