@@ -280,5 +280,5 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         descriptor(out_weight_t, [channels, tiles.tile_out]), descriptor(out, [tiles.rows, tiles.tile_out]),
         batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
-    refuse_non_finite(float(out[..., 0].sum()), "gluon")
+    refuse_non_finite(out[..., 0].sum(), "gluon")
     return out if seq == length else out[:, :length, :length].contiguous()

@@ -207,5 +207,5 @@ def trimul(data):
     if seq != length:  # zeros, with mask 0: see padded_length
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
-    refuse_non_finite(float(column_sum), "pallas")
+    refuse_non_finite(column_sum, "pallas")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

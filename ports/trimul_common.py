@@ -2,7 +2,9 @@
 buffers, the sizes the kernels take and the refusal of inputs beyond their float16 range."""
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -96,8 +98,9 @@ class Float16RangeError(ValueError):
     """A TriMul kernel port's float16 intermediates could not hold this input's range, or the input is not finite."""
 
 
-def refuse_non_finite(column_sum: float, port: str) -> None:
-    """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output, is finite.
+def refuse_non_finite(column_sum, port: str) -> None:
+    """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output (a 0-d tensor or array),
+    is finite.
 
     The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
     largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as
@@ -106,8 +109,15 @@ def refuse_non_finite(column_sum: float, port: str) -> None:
     float32's range. The cost a call: a strided read of B*N*N floats and one synchronisation. What it misses: an
     overflow of the last float16 cast, the normalised product before the output projection, which needs output-norm
     weights beyond about 65504 / sqrt(hidden).
+
+    Inside a caller's jit around a JAX port the sum is not known while tracing: the refusal then runs as a callback
+    when the computation does, and JAX raises it inside its runtime error.
     """
-    if not math.isfinite(column_sum):
+    jax = sys.modules.get("jax")  # never imported for the torch ports
+    if jax is not None and isinstance(column_sum, jax.core.Tracer):
+        jax.debug.callback(functools.partial(refuse_non_finite, port=port), column_sum)
+        return
+    if not math.isfinite(float(column_sum)):
         raise Float16RangeError(
             f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
             f"(the projections and the triangle products must stay within +-65504), or the input holds inf or NaN; "

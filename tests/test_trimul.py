@@ -165,6 +165,20 @@ def test_input_beyond_float16_is_refused_by_ports_and_computed_by_baselines(impl
         assert verdict.passed, verdict.reason
 
 
+def test_a_jax_port_refuses_inside_a_callers_jit():
+    # under a caller's jit the range check cannot read the sum while tracing: it runs as a callback, and the refusal
+    # comes back inside JAX's runtime error; input in range passes through the same jitted function
+    jax = pytest.importorskip("jax")
+    port = spec.WORKLOAD.implementation("pallas").load()
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
+    jitted = jax.jit(lambda x, mask, weights: port((x, mask, weights, config)))
+    out = to_torch(jitted(*to_framework("jax", (x, mask, weights))))
+    assert spec.check((x, mask, weights, config), out, spec.reference((x, mask, weights, config))).passed
+    large = {name: value * 50 if name in LEFT_RIGHT else value for name, value in weights.items()}
+    with pytest.raises(Exception, match="overflows its float16 intermediates"):
+        jax.block_until_ready(jitted(*to_framework("jax", (x, mask, large))))
+
+
 # Sequence lengths that are no multiple of 16: the ports pad N with zeros (mask 0) and cut the output.
 ODD_LENGTHS = [spec._case(seq, bs, 32, 40 + seq, nomask, distribution, hiddendim=32)
                for seq, bs, nomask, distribution in ((1, 1, True, "normal"), (7, 2, False, "cauchy"),

@@ -193,5 +193,5 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
         TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
-    refuse_non_finite(float(out[..., 0].sum()), "triton")
+    refuse_non_finite(out[..., 0].sum(), "triton")
     return out if seq == length else out[:, :length, :length].contiguous()
