@@ -32,7 +32,7 @@ from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, war
 from gluon_kernels.matmul import descriptor, k_loop, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
-                                  refuse_non_finite, scratch)
+                                 refuse_non_finite, scratch)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
-                                  scratch)
+                                 scratch)
 
 
 @triton.jit
