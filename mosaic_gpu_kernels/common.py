@@ -7,10 +7,11 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 try:  # public from jax 0.11
     interpret_params = plgpu.InterpretGPUParams
-    INTERPRETER_READS_PAST_THE_ARRAY = True
-except AttributeError:  # jax 0.10's interpreter is private and raises on TMA reads past the array
+    INTERPRETER_READS_PAST_THE_ARRAY = INTERPRETER_TRANSPOSES_OPERANDS = True
+except AttributeError:  # jax 0.10's interpreter is private, raises on TMA reads past the array and cannot take a
+    # transposed wgmma operand
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as interpret_params
-    INTERPRETER_READS_PAST_THE_ARRAY = False
+    INTERPRETER_READS_PAST_THE_ARRAY = INTERPRETER_TRANSPOSES_OPERANDS = False
 
 
 def swizzle(width: int, dtype) -> int:

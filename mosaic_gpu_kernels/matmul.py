@@ -26,7 +26,9 @@ Differences the language forces, against the Triton port:
 - wgmma reads A and B with one swizzle, set here by B's tile width (128 bytes for every tiling chosen).
 
 A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
-second grid axis, one matrix a CTA column, as in the Triton port; `matmul` is the batch of one.
+second grid axis, one matrix a CTA column, as in the Triton port; `matmul` is the batch of one. B may come
+transposed (B^T, [B, N, K], as a gradient's g @ B^T takes it): TMA brings its [tile_n, tile_k] tiles as they lie and
+wgmma reads them through a transposed view, as the TriMul port's contraction does; the products are the same.
 """
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, interpret_params, swizzle,
-                                       swizzled_layout)
+from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, INTERPRETER_TRANSPOSES_OPERANDS,
+                                       interpret_params, swizzle, swizzled_layout)
 from ports.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
 from ports.matmul_common import PROGRAMS_WANTED, SMALL_M
@@ -165,38 +167,43 @@ def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transpose
     plgpu.wait_smem_to_gmem(0)
 
 
-def _matrix_tiles(a_gmem, b_gmem, c_gmem, tiles: MosaicTiling):
-    """This CTA's A rows, B columns and C tile, in its matrix of the batch where there is one."""
-    rows, cols = _tile_slices(a_gmem.shape[-2], b_gmem.shape[-1], tiles)
+def _matrix_tiles(a_gmem, b_gmem, c_gmem, tiles: MosaicTiling, b_transposed: bool):
+    """This CTA's A rows, B columns (B^T's rows where b_transposed) and C tile, in its matrix of the batch where there
+    is one."""
+    rows, cols = _tile_slices(a_gmem.shape[-2], c_gmem.shape[-1], tiles)
+    b_cols = (cols, slice(None)) if b_transposed else (slice(None), cols)
     if a_gmem.ndim == 2:  # one product: the TMA copies see 2-D arrays, as before there were batches
-        return a_gmem.at[rows, :], b_gmem.at[:, cols], c_gmem.at[rows, cols]
+        return a_gmem.at[rows, :], b_gmem.at[b_cols], c_gmem.at[rows, cols]
     matrix = lax.axis_index("matrix")
-    return a_gmem.at[matrix, rows, :], b_gmem.at[matrix, :, cols], c_gmem.at[matrix, rows, cols]
+    return a_gmem.at[matrix, rows, :], b_gmem.at[(matrix, *b_cols)], c_gmem.at[matrix, rows, cols]
 
 
-def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling):
-    one_warpgroup_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles), c_smem, tiles=tiles)
+def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling, b_transposed: bool):
+    one_warpgroup_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, b_transposed), c_smem, tiles=tiles,
+                       b_transposed=b_transposed)
 
 
-def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling):
-    warp_specialised_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles), tiles=tiles)
+def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling, b_transposed: bool):
+    warp_specialised_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, b_transposed), tiles=tiles,
+                          b_transposed=b_transposed)
 
 
-@functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret"))
-def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool):
-    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's "matrix" axis, padded as the module says."""
+@functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret", "b_transposed"))
+def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool, b_transposed: bool = False):
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's "matrix" axis (b_transposed: b holds B^T,
+    [B, N, K]), padded as the module says."""
     out_dtype = jnp.float32 if out == "float32" else a.dtype
-    batch = a.shape[:-2]
-    grid = (pl.cdiv(a.shape[-2], tiles.tile_m) * pl.cdiv(b.shape[-1], tiles.tile_n), *batch)
+    batch, n = a.shape[:-2], b.shape[-2 if b_transposed else -1]
+    grid = (pl.cdiv(a.shape[-2], tiles.tile_m) * pl.cdiv(n, tiles.tile_n), *batch)
     if tiles.compute_warpgroups == 1:
-        body = functools.partial(_one_warpgroup_kernel, tiles=tiles)
+        body = functools.partial(_one_warpgroup_kernel, tiles=tiles, b_transposed=b_transposed)
         layout = swizzled_layout(swizzle(tiles.tile_n, out_dtype), out_dtype)
         threads = dict(scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype, transforms=layout)])
     else:
-        body = functools.partial(_warp_specialised_kernel, tiles=tiles)
+        body = functools.partial(_warp_specialised_kernel, tiles=tiles, b_transposed=b_transposed)
         threads = dict(num_threads=tiles.compute_warpgroups + 1, thread_name="warpgroup")
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((*batch, a.shape[-2], b.shape[-1]), out_dtype), grid=grid,
+        body, out_type=jax.ShapeDtypeStruct((*batch, a.shape[-2], n), out_dtype), grid=grid,
         grid_names=("tile", "matrix")[:len(grid)],
         # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
@@ -226,23 +233,26 @@ def matmul(data):
     return _product(*data)
 
 
-def batched_matmul(a, b, out: str):
-    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N], each product's bits those of the product alone."""
-    validate_batch(a, b, out)
-    return _product(a, b, out)
+def batched_matmul(a, b, out: str, *, b_transposed: bool = False):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (b_transposed: b[i] is B[i]^T, [B, N, K]), each product's bits
+    those of the product alone."""
+    validate_batch(a, b, out, b_transposed)
+    return _product(a, b, out, b_transposed)
 
 
-def _product(a, b, out: str):
+def _product(a, b, out: str, b_transposed: bool = False):
     """One product or a batch of them (a leading dimension), padded as the module says."""
-    (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[:-2]
+    (m, k), n, batch = a.shape[-2:], b.shape[-2 if b_transposed else -1], a.shape[:-2]
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
+    if b_transposed and interpret and not INTERPRETER_TRANSPOSES_OPERANDS:  # jax 0.10 on a CPU: XLA transposes B^T
+        b, b_transposed = jnp.swapaxes(b, -1, -2), False
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY)
     # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
     # pallas_kernels)
     if (pm, pk) != (m, k):
         a = zero_padded(a, shape=(*batch, pm, pk))
     if (pk, pn) != (k, n):
-        b = zero_padded(b, shape=(*batch, pk, pn))
-    c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret)
+        b = zero_padded(b, shape=(*batch, *((pn, pk) if b_transposed else (pk, pn))))
+    c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret, b_transposed=b_transposed)
     return c if (pm, pn) == (m, n) else cut_to(c, shape=(*batch, m, n))

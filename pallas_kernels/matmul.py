@@ -9,7 +9,9 @@ distinct M would compile anew. M is therefore padded with zero rows up to a mult
 (rows are independent, so the padding changes no bits of the real rows) and the result sliced.
 
 A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
-second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one.
+second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one. B may come
+transposed (B^T, [B, N, K], as a gradient's g @ B^T takes it): its tiles are loaded as they lie and transposed for
+the dot, where the Triton port reads the same tiles through strides; the dot, and so the bits, are the same.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from ports.matmul import validate, validate_batch
 from ports.matmul_common import matmul_tiling
 
 
-def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m):
+def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m, b_transposed):
     pid = pl.program_id(0)
     matrix = pl.program_id(1)
     tiles_m = a_ref.shape[1] // tile_m
@@ -42,8 +44,12 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
         k0 = i * tile_k
         a = pltriton.load(a_ref.at[matrix, pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
                           mask=jnp.broadcast_to((k0 + ks)[None, :] < k, (tile_m, tile_k)), other=0.0)
-        b = pltriton.load(b_ref.at[matrix, pl.ds(k0, tile_k), pl.ds(col0, tile_n)],
-                          mask=((k0 + ks)[:, None] < k) & (cols[None, :] < n), other=0.0)
+        if b_transposed:  # B^T's [tile_n, tile_k] tile, transposed for the dot
+            b = pltriton.load(b_ref.at[matrix, pl.ds(col0, tile_n), pl.ds(k0, tile_k)],
+                              mask=(cols[:, None] < n) & ((k0 + ks)[None, :] < k), other=0.0).T
+        else:
+            b = pltriton.load(b_ref.at[matrix, pl.ds(k0, tile_k), pl.ds(col0, tile_n)],
+                              mask=((k0 + ks)[:, None] < k) & (cols[None, :] < n), other=0.0)
         return acc + jnp.dot(a, b, preferred_element_type=jnp.float32)
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, tile_k), step, jnp.zeros((tile_m, tile_n), jnp.float32))
@@ -51,16 +57,17 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
                    mask=jnp.broadcast_to(cols[None, :] < n, (tile_m, tile_n)))
 
 
-@functools.partial(jax.jit, static_argnames=("out", "interpret"))
-def _matmul(a, b, *, out, interpret):
-    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N], with M a multiple of tile_m (`_product` pads it)."""
+@functools.partial(jax.jit, static_argnames=("out", "interpret", "b_transposed"))
+def _matmul(a, b, *, out, interpret, b_transposed=False):
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] (b_transposed: b holds B^T, [B, N, K]), with M a multiple of
+    tile_m (`_product` pads it)."""
     one = a.ndim == 2
     a, b = (a[None], b[None]) if one else (a, b)
-    (batch, padded_m, k), n = a.shape, b.shape[2]
+    (batch, padded_m, k), n = a.shape, b.shape[1 if b_transposed else 2]
     tiles = matmul_tiling(padded_m, n)
     c = pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
-                          group_m=tiles.group_m),
+                          group_m=tiles.group_m, b_transposed=b_transposed),
         out_shape=jax.ShapeDtypeStruct((batch, padded_m, n), jnp.float32 if out == "float32" else a.dtype),
         grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n), batch),
         compiler_params=pltriton.CompilerParams(num_warps=tiles.warps, num_stages=tiles.stages),
@@ -78,20 +85,22 @@ def matmul(data):
     return _product(*data)
 
 
-def batched_matmul(a, b, out: str):
-    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N], each product's bits those of the product alone."""
-    validate_batch(a, b, out)
-    return _product(a, b, out)
+def batched_matmul(a, b, out: str, *, b_transposed: bool = False):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (b_transposed: b[i] is B[i]^T, [B, N, K]), each product's bits
+    those of the product alone."""
+    validate_batch(a, b, out, b_transposed)
+    return _product(a, b, out, b_transposed)
 
 
-def _product(a, b, out: str):
+def _product(a, b, out: str, b_transposed: bool = False):
     """One product or a batch of them (a leading dimension), M padded to a whole tile."""
-    (m, k), n = a.shape[-2:], b.shape[-1]
+    (m, k), n = a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tile_m = matmul_tiling(m, n).tile_m
     padded_m = pl.cdiv(m, tile_m) * tile_m
     interpret = jax.default_backend() != "gpu"
     if padded_m == m:
-        return _matmul(a, b, out=out, interpret=interpret)
+        return _matmul(a, b, out=out, interpret=interpret, b_transposed=b_transposed)
     # the kernel compiles once per padded size, not once per M (see pallas_kernels)
-    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], padded_m, k)), b, out=out, interpret=interpret)
+    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], padded_m, k)), b, out=out, interpret=interpret,
+                b_transposed=b_transposed)
     return cut_to(c, shape=(*a.shape[:-2], m, n))

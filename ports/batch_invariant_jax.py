@@ -58,22 +58,28 @@ def port() -> tuple[str, callable]:
     raise RuntimeError(f"batch_invariant: none of the JAX matmul ports {PORT_ORDER} runs on this machine")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _product(a, b, out: str):
-    """a [B, M, K] @ b [B, K, N] on the port in one launch, in a's dtype (out "same") or float32."""
-    if 0 in a.shape or b.shape[2] == 0:
-        return jnp.zeros((a.shape[0], a.shape[1], b.shape[2]), a.dtype if out == "same" else jnp.float32)
-    return port()[1](a, b, out)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _product(a, b, out: str, b_transposed: bool = False):
+    """a [B, M, K] @ b [B, K, N] on the port in one launch, in a's dtype (out "same") or float32; with b_transposed,
+    b holds B^T ([B, N, K]), which the port reads as it lies."""
+    cols = b.shape[1 if b_transposed else 2]
+    if 0 in a.shape or cols == 0:
+        return jnp.zeros((a.shape[0], a.shape[1], cols), a.dtype if out == "same" else jnp.float32)
+    return port()[1](a, b, out, b_transposed=b_transposed)
 
 
-def _product_forward(a, b, out):
-    return _product(a, b, out), (a, b)
+def _product_forward(a, b, out, b_transposed):
+    return _product(a, b, out, b_transposed), (a, b)
 
 
-def _product_backward(out, residuals, g):
+def _product_backward(out, b_transposed, residuals, g):
+    """The lhs's gradient g B^T on the port with B^T as b lies (b itself, or b^T given as b), no copy; the rhs's
+    A^T g, or for a transposed b its transpose g^T A, through one transposed copy."""
     a, b = residuals
     g = g.astype(a.dtype)
-    return _product(g, b.transpose(0, 2, 1), "same"), _product(a.transpose(0, 2, 1), g, "same")
+    if b_transposed:
+        return _product(g, b, "same"), _product(g.transpose(0, 2, 1), a, "same")
+    return _product(g, b, "same", b_transposed=True), _product(a.transpose(0, 2, 1), g, "same")
 
 
 _product.defvjp(_product_forward, _product_backward)
@@ -131,8 +137,13 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **
     depth = math.prod(lhs.shape[d] for d in lhs_contract)
     batch, rows, cols = math.prod(batch_shape), math.prod(rows_shape), math.prod(cols_shape)
     a = jnp.transpose(lhs, (*lhs_batch, *lhs_free, *lhs_contract)).reshape(batch, rows, depth)
-    b = jnp.transpose(rhs, (*rhs_batch, *rhs_contract, *rhs_free)).reshape(batch, depth, cols)
-    return _product(a, b, out).reshape(*batch_shape, *rows_shape, *cols_shape)
+    b_order, transposed_order, in_place = ((*rhs_batch, *rhs_contract, *rhs_free), (*rhs_batch, *rhs_free, *rhs_contract),
+                                           tuple(range(rhs.ndim)))
+    if b_order != in_place and transposed_order == in_place:  # B^T as the rhs lies (einsum's "...md" keys): no copy
+        c = _product(a, rhs.reshape(batch, cols, depth), out, True)
+    else:
+        c = _product(a, jnp.transpose(rhs, b_order).reshape(batch, depth, cols), out)
+    return c.reshape(*batch_shape, *rows_shape, *cols_shape)
 
 
 def _jaxprs_in(params: dict):

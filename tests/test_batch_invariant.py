@@ -284,6 +284,62 @@ def test_jax_rows_have_the_same_bits_in_any_batch_under_jit_and_grad():
         assert bool((gradient(x[:3]) == gradient(x)[:3]).all())
 
 
+def transposed_shapes(jaxpr) -> list[tuple]:
+    """The shapes of the operands that a jaxpr's transposes move (not the identity's), at any depth but inside a
+    kernel (a pallas_call's own body)."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        permutation = tuple(eqn.params.get("permutation", ()))
+        if eqn.primitive.name == "transpose" and permutation != tuple(range(len(permutation))):
+            shapes.append(tuple(eqn.invars[0].aval.shape))
+        if eqn.primitive.name != "pallas_call":
+            for value in eqn.params.values():
+                for item in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(item, "jaxpr", item)
+                    shapes += transposed_shapes(inner) if hasattr(inner, "eqns") else []
+    return shapes
+
+
+@pytest.mark.parametrize("port_name", ["pallas", "mosaic_gpu"])
+def test_jax_takes_a_transposed_rhs_as_it_lies(port_name, monkeypatch):
+    # a product whose rhs has its contracted dimension last reaches the port as B^T, no transposed copy: einsum's
+    # "nd" keys, and the lhs's gradient g @ W^T that JAX's rule for a product makes (so a weight is never copied in a
+    # training step); the bits are those of the rhs transposed first, the gradients within rounding of float64
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    import ports.batch_invariant_jax as bij
+    from mosaic_gpu_kernels.common import INTERPRETER_TRANSPOSES_OPERANDS
+    from ports import matmul as spec
+
+    impl = spec.WORKLOAD.implementation(port_name)
+    if impl.needs.missing():
+        pytest.skip(f"{port_name}: {impl.needs.missing()}")
+    monkeypatch.setattr(bij, "port", lambda: (port_name, impl.load("batched_matmul")))
+    # jax 0.10's Mosaic GPU interpreter takes no transposed operand: there the port transposes B^T itself, and only
+    # the bits are checked
+    in_place = port_name != "mosaic_gpu" or DEVICE == "cuda" or INTERPRETER_TRANSPOSES_OPERANDS
+    x, w = jax_inputs(13, 40, 70, seed=31)
+    w_t = w.T.copy()  # [70, 40]: B^T as it lies
+    as_it_lies = bij.batch_invariant(lambda x, w_t: jax.numpy.einsum("md,nd->mn", x, w_t))
+    transposed_first = bij.batch_invariant(lambda x, w_t: x @ jax.numpy.transpose(w_t))
+    assert not in_place or transposed_shapes(jax.make_jaxpr(as_it_lies)(x, w_t).jaxpr) == []
+    assert bool((as_it_lies(x, w_t) == transposed_first(x, w_t)).all())
+
+    def loss(f):
+        return lambda x, w_t: f(x, w_t).astype("float32").sum()
+
+    gradients = jax.grad(loss(as_it_lies), argnums=(0, 1))(x, w_t)
+    assert bool((gradients[0] == jax.grad(loss(transposed_first))(x, w_t)).all())  # g @ B^T, B read either way
+    ones = np.ones((13, 70))
+    expected = (ones @ np.asarray(w_t, np.float64), ones.T @ np.asarray(x, np.float64))
+    for got, want in zip(gradients, expected):
+        assert np.allclose(np.asarray(got, np.float64), want, rtol=TOLERANCE, atol=TOLERANCE * np.abs(want).max())
+    for rhs, f in ((w_t, as_it_lies), (w, bij.batch_invariant(lambda x, w: x @ w))):
+        backward = jax.make_jaxpr(jax.grad(loss(f), argnums=(0, 1)))(x, rhs).jaxpr
+        assert not in_place or tuple(rhs.shape) not in transposed_shapes(backward)  # the weight is never copied
+
+
 def test_jax_row_sums_run_on_the_row_kernel_forward_and_backward():
     # softmax, log-softmax and a mean reach XLA as reduce_sum over the last axis: on the row kernel, a row's bits the
     # same in any batch, its gradient too, within float32 rounding of float64 (rows of 3000: three 1024-chunks)

@@ -140,6 +140,28 @@ def test_batched_products_have_the_bits_of_each_product_alone(port):
         batched(*to_framework(impl.framework, (a, b[:3], "same")))
 
 
+@pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "jax"])
+def test_jax_ports_take_a_transposed_b_with_the_same_bits(port):
+    # batched_matmul(..., b_transposed=True) takes B^T [B, N, K] as it lies (the JAX transformation's g @ W^T):
+    # each product's bits are those of B itself, ragged N and K included
+    impl = spec.WORKLOAD.implementation(port)
+    if impl.needs.missing():
+        pytest.skip(f"{port}: {impl.needs.missing()}")
+    batched = impl.load("batched_matmul")
+    gen = torch.Generator(device=DEVICE).manual_seed(17)
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    for m, k, n in ((1, 72, 136), (70, 100, 40)):
+        a = torch.randn((2, m, k), device=DEVICE, generator=gen).to(dtype)
+        b_t = torch.randn((2, n, k), device=DEVICE, generator=gen).to(dtype)
+        for out in ("same", "float32"):
+            plain = to_torch(batched(*to_framework("jax", (a, b_t.transpose(1, 2).contiguous(), out))))
+            transposed = to_torch(batched(*to_framework("jax", (a, b_t, out)), b_transposed=True))
+            assert first_difference(transposed, plain) is None, (m, k, n, out)
+            assert spec.check((a[1], b_t[1].t(), out), transposed[1], spec.reference((a[1], b_t[1].t(), out))).passed
+    with pytest.raises(ValueError, match=r"b \[B, N, K\]"):
+        batched(*to_framework("jax", (a, b_t[:1], "same")), b_transposed=True)
+
+
 @pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
 def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
     # F.linear passes a weight as W.t() and a weight's gradient takes x.t(): the torch ports read them through their
@@ -222,8 +244,9 @@ def test_pallas_port_lowers_for_cuda(m):
     tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
     a = jax.numpy.zeros((2, -(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # M padded to a whole tile
     b = jax.numpy.zeros((2, 4096, 4096), jax.numpy.bfloat16)
-    lowered = lower_for_hopper(_matmul, a, b, out="same", interpret=False)
-    assert "triton" in lowered.as_text()
+    for b_transposed in (False, True):  # B, and B^T as the JAX transformation's g @ W^T gives it
+        lowered = lower_for_hopper(_matmul, a, b, out="same", interpret=False, b_transposed=b_transposed)
+        assert "triton" in lowered.as_text()
 
 
 @pytest.mark.parametrize("m, n, out, tiles", [
@@ -254,10 +277,11 @@ def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     from mosaic_gpu_kernels.matmul import _matmul, mosaic_tiling, padded_shape
     tiles = mosaic_tiling(m, n, out)
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False)
-    for batch in ((), (3,)):  # one product, and a batch of three (the batch-invariant mode's)
+    # one product, and a batch of three (the batch-invariant mode's), with B or B^T (the JAX transformation's g @ W^T)
+    for batch, b_transposed in ((), False), ((3,), False), ((3,), True):
         a = jax.ShapeDtypeStruct((*batch, pm, pk), jax.numpy.bfloat16)
-        b = jax.ShapeDtypeStruct((*batch, pk, pn), jax.numpy.bfloat16)
-        lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False)
+        b = jax.ShapeDtypeStruct((*batch, *((pn, pk) if b_transposed else (pk, pn))), jax.numpy.bfloat16)
+        lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False, b_transposed=b_transposed)
         assert "mosaic_gpu" in lowered.as_text()
 
 
