@@ -26,9 +26,10 @@ Differences the language forces, against the Triton port:
 - wgmma reads A and B with one swizzle, set here by B's tile width (128 bytes for every tiling chosen).
 
 A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
-second grid axis, one matrix a CTA column, as in the Triton port; `matmul` is the batch of one. B may come
-transposed (B^T, [B, N, K], as a gradient's g @ B^T takes it): TMA brings its [tile_n, tile_k] tiles as they lie and
-wgmma reads them through a transposed view, as the TriMul port's contraction does; the products are the same.
+second grid axis, one matrix a CTA column, as in the Triton port; `matmul` is the batch of one. A and B may come
+transposed (A^T [B, K, M], as a weight's gradient A^T g takes it; B^T [B, N, K], as g B^T): TMA brings their tiles as
+they lie and wgmma reads them through a transposed view, as the TriMul port's contraction does for B; the products
+are the same.
 """
 from __future__ import annotations
 
@@ -79,14 +80,15 @@ def mosaic_tiling(m: int, n: int, out: str = "same") -> MosaicTiling:
     return MosaicTiling(tile_m=128, tile_n=256, tile_k=64, stages=4 if out == "same" else 3, compute_warpgroups=2)
 
 
-def _in_specs(tiles: MosaicTiling, dtype, delay_release: int, b_transposed: bool) -> list:
-    """A's (tile_m, tile_k) block and B's (tile_k, tile_n) block at K step kk (B^T's (tile_n, tile_k) block where B
-    is given transposed), both with B's tile's swizzle."""
+def _in_specs(tiles: MosaicTiling, dtype, delay_release: int, b_transposed: bool, a_transposed: bool = False) -> list:
+    """A's (tile_m, tile_k) block and B's (tile_k, tile_n) block at K step kk (A^T's (tile_k, tile_m) and B^T's
+    (tile_n, tile_k) blocks where they are given transposed), both with B's tile's swizzle."""
     layout = swizzled_layout(swizzle(tiles.tile_k if b_transposed else tiles.tile_n, dtype), dtype)
+    a_block = ((tiles.tile_k, tiles.tile_m), lambda kk: (kk, 0)) if a_transposed else (
+        (tiles.tile_m, tiles.tile_k), lambda kk: (0, kk))
     b_block = ((tiles.tile_n, tiles.tile_k), lambda kk: (0, kk)) if b_transposed else (
         (tiles.tile_k, tiles.tile_n), lambda kk: (kk, 0))
-    return [plgpu.BlockSpec((tiles.tile_m, tiles.tile_k), lambda kk: (0, kk), transforms=layout,
-                            delay_release=delay_release),
+    return [plgpu.BlockSpec(*a_block, transforms=layout, delay_release=delay_release),
             plgpu.BlockSpec(*b_block, transforms=layout, delay_release=delay_release)]
 
 
@@ -101,17 +103,22 @@ def _tile_slices(m: int, n: int, tiles: MosaicTiling):
             pl.ds(((pid % per_group) // group_rows) * tiles.tile_n, tiles.tile_n))
 
 
-def one_warpgroup_tile(a_rows, b, c_tile, c_smem, *, tiles: MosaicTiling, b_transposed: bool = False):
+def one_warpgroup_tile(a_rows, b, c_tile, c_smem, *, tiles: MosaicTiling, b_transposed: bool = False,
+                       a_transposed: bool = False):
     """c_tile = a_rows @ b in one warpgroup: a_rows [tile_m, K], b [K, tile_n] (with b_transposed, b^T given as
-    [tile_n, K] and read by wgmma through a transposed view), over K in order through a TMA pipeline; the tile
-    goes out through c_smem [tile_m, tile_n] and a TMA store. The TriMul port's contraction takes it too."""
+    [tile_n, K], with a_transposed, a_rows^T as [K, tile_m], each read by wgmma through a transposed view), over K in
+    order through a TMA pipeline; the tile goes out through c_smem [tile_m, tile_n] and a TMA store. The TriMul
+    port's contraction takes it too."""
     def k_loop(acc):
         def step(_, a_smem, b_smem):
-            plgpu.wgmma(acc, a_smem, b_smem.transpose((1, 0)) if b_transposed else b_smem)  # asynchronous
+            plgpu.wgmma(acc, a_smem.transpose((1, 0)) if a_transposed else a_smem,
+                        b_smem.transpose((1, 0)) if b_transposed else b_smem)  # asynchronous
             plgpu.wgmma_wait(1)  # the step before has read its buffers: the pipeline may refill them
 
-        plgpu.emit_pipeline(step, grid=(pl.cdiv(a_rows.shape[1], tiles.tile_k),), max_concurrent_steps=tiles.stages,
-                            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed),
+        depth = a_rows.shape[0 if a_transposed else 1]
+        plgpu.emit_pipeline(step, grid=(pl.cdiv(depth, tiles.tile_k),), max_concurrent_steps=tiles.stages,
+                            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed,
+                                               a_transposed=a_transposed),
                             )(a_rows, b)
         return acc[...]  # waits for the last wgmma
 
@@ -121,7 +128,8 @@ def one_warpgroup_tile(a_rows, b, c_tile, c_smem, *, tiles: MosaicTiling, b_tran
     plgpu.wait_smem_to_gmem(0)
 
 
-def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transposed: bool = False):
+def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transposed: bool = False,
+                          a_transposed: bool = False):
     """c_tile = a_rows @ b as one_warpgroup_tile, warp-specialised: a memory warpgroup issues the TMA copies and
     each compute warpgroup owns tile_n / compute_warpgroups of the columns, written out in 64 x 64 pieces through
     two shared-memory buffers each. Runs on a kernel's "warpgroup" axis."""
@@ -148,14 +156,15 @@ def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transpose
             pl.run_scoped(with_accumulator, plgpu.ACC((tiles.tile_m, width), jnp.float32))
 
         def step(_, a_smem, b_smem, acc):
-            plgpu.wgmma(acc, a_smem, b_smem.at[own_cols].transpose((1, 0)) if b_transposed
-                        else b_smem.at[:, own_cols])
+            plgpu.wgmma(acc, a_smem.transpose((1, 0)) if a_transposed else a_smem,
+                        b_smem.at[own_cols].transpose((1, 0)) if b_transposed else b_smem.at[:, own_cols])
             plgpu.wgmma_wait(1)
             return acc
 
         plgpu.emit_pipeline_warp_specialized(
-            step, grid=(pl.cdiv(a_rows.shape[1], tiles.tile_k),), memory_registers=40,
-            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed),
+            step, grid=(pl.cdiv(a_rows.shape[0 if a_transposed else 1], tiles.tile_k),), memory_registers=40,
+            in_specs=_in_specs(tiles, a_rows.dtype, delay_release=1, b_transposed=b_transposed,
+                               a_transposed=a_transposed),
             wg_axis="warpgroup", num_compute_wgs=tiles.compute_warpgroups, max_concurrent_steps=tiles.stages,
             compute_context=compute,
         )(a_rows, b)
@@ -167,43 +176,46 @@ def warp_specialised_tile(a_rows, b, c_tile, *, tiles: MosaicTiling, b_transpose
     plgpu.wait_smem_to_gmem(0)
 
 
-def _matrix_tiles(a_gmem, b_gmem, c_gmem, tiles: MosaicTiling, b_transposed: bool):
-    """This CTA's A rows, B columns (B^T's rows where b_transposed) and C tile, in its matrix of the batch where there
-    is one."""
-    rows, cols = _tile_slices(a_gmem.shape[-2], c_gmem.shape[-1], tiles)
-    b_cols = (cols, slice(None)) if b_transposed else (slice(None), cols)
+def _matrix_tiles(a_gmem, b_gmem, c_gmem, tiles: MosaicTiling, transposed: tuple[bool, bool]):
+    """This CTA's A rows (A^T's columns where A is given transposed), B columns (B^T's rows) and C tile, in its
+    matrix of the batch where there is one."""
+    rows, cols = _tile_slices(c_gmem.shape[-2], c_gmem.shape[-1], tiles)
+    a_rows = (slice(None), rows) if transposed[0] else (rows, slice(None))
+    b_cols = (cols, slice(None)) if transposed[1] else (slice(None), cols)
     if a_gmem.ndim == 2:  # one product: the TMA copies see 2-D arrays, as before there were batches
-        return a_gmem.at[rows, :], b_gmem.at[b_cols], c_gmem.at[rows, cols]
+        return a_gmem.at[a_rows], b_gmem.at[b_cols], c_gmem.at[rows, cols]
     matrix = lax.axis_index("matrix")
-    return a_gmem.at[matrix, rows, :], b_gmem.at[(matrix, *b_cols)], c_gmem.at[matrix, rows, cols]
+    return a_gmem.at[(matrix, *a_rows)], b_gmem.at[(matrix, *b_cols)], c_gmem.at[matrix, rows, cols]
 
 
-def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling, b_transposed: bool):
-    one_warpgroup_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, b_transposed), c_smem, tiles=tiles,
-                       b_transposed=b_transposed)
+def _one_warpgroup_kernel(a_gmem, b_gmem, c_gmem, c_smem, *, tiles: MosaicTiling, transposed: tuple[bool, bool]):
+    one_warpgroup_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, transposed), c_smem, tiles=tiles,
+                       a_transposed=transposed[0], b_transposed=transposed[1])
 
 
-def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling, b_transposed: bool):
-    warp_specialised_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, b_transposed), tiles=tiles,
-                          b_transposed=b_transposed)
+def _warp_specialised_kernel(a_gmem, b_gmem, c_gmem, *, tiles: MosaicTiling, transposed: tuple[bool, bool]):
+    warp_specialised_tile(*_matrix_tiles(a_gmem, b_gmem, c_gmem, tiles, transposed), tiles=tiles,
+                          a_transposed=transposed[0], b_transposed=transposed[1])
 
 
-@functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret", "b_transposed"))
-def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool, b_transposed: bool = False):
-    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's "matrix" axis (b_transposed: b holds B^T,
-    [B, N, K]), padded as the module says."""
+@functools.partial(jax.jit, static_argnames=("out", "tiles", "interpret", "a_transposed", "b_transposed"))
+def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool, a_transposed: bool = False,
+            b_transposed: bool = False):
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's "matrix" axis (a_transposed: a holds A^T,
+    [B, K, M]; b_transposed: b holds B^T, [B, N, K]), padded as the module says."""
     out_dtype = jnp.float32 if out == "float32" else a.dtype
-    batch, n = a.shape[:-2], b.shape[-2 if b_transposed else -1]
-    grid = (pl.cdiv(a.shape[-2], tiles.tile_m) * pl.cdiv(n, tiles.tile_n), *batch)
+    batch, m, n = a.shape[:-2], a.shape[-1 if a_transposed else -2], b.shape[-2 if b_transposed else -1]
+    grid = (pl.cdiv(m, tiles.tile_m) * pl.cdiv(n, tiles.tile_n), *batch)
+    transposed = (a_transposed, b_transposed)
     if tiles.compute_warpgroups == 1:
-        body = functools.partial(_one_warpgroup_kernel, tiles=tiles, b_transposed=b_transposed)
+        body = functools.partial(_one_warpgroup_kernel, tiles=tiles, transposed=transposed)
         layout = swizzled_layout(swizzle(tiles.tile_n, out_dtype), out_dtype)
         threads = dict(scratch_types=[plgpu.SMEM((tiles.tile_m, tiles.tile_n), out_dtype, transforms=layout)])
     else:
-        body = functools.partial(_warp_specialised_kernel, tiles=tiles, b_transposed=b_transposed)
+        body = functools.partial(_warp_specialised_kernel, tiles=tiles, transposed=transposed)
         threads = dict(num_threads=tiles.compute_warpgroups + 1, thread_name="warpgroup")
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((*batch, a.shape[-2], n), out_dtype), grid=grid,
+        body, out_type=jax.ShapeDtypeStruct((*batch, m, n), out_dtype), grid=grid,
         grid_names=("tile", "matrix")[:len(grid)],
         # explicit: the default changed from Lane (jax 0.10) to Warpgroup (jax 0.11)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
@@ -211,9 +223,10 @@ def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool, b_transposed: bo
     )(a, b)
 
 
-def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_tiles: bool) -> tuple[int, int, int]:
+def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_tiles: bool,
+                 a_transposed: bool = False) -> tuple[int, int, int]:
     """(M, N, K) as the kernel gets them: whole tiles for an interpreter that cannot read past the array, else the
-    least padding the swizzled layouts allow."""
+    least padding the swizzled layouts allow (M a whole swizzle width where A^T's rows are M long)."""
     if whole_tiles:
         return tuple(-(-size // tile) * tile
                      for size, tile in ((m, tiles.tile_m), (n, tiles.tile_n), (k, tiles.tile_k)))
@@ -221,7 +234,8 @@ def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_ti
     out_width = tiles.tile_n if tiles.compute_warpgroups == 1 else EPILOGUE_TILE
     in_elements = swizzle(tiles.tile_n, jnp.bfloat16) // 2
     n_multiple = max(in_elements, swizzle(out_width, out_dtype) // jnp.dtype(out_dtype).itemsize)
-    return (m if m < 8 else -(-m // 8) * 8), -(-n // n_multiple) * n_multiple, -(-k // in_elements) * in_elements
+    pm = -(-m // in_elements) * in_elements if a_transposed else (m if m < 8 else -(-m // 8) * 8)
+    return pm, -(-n // n_multiple) * n_multiple, -(-k // in_elements) * in_elements
 
 
 def matmul(data):
@@ -233,26 +247,30 @@ def matmul(data):
     return _product(*data)
 
 
-def batched_matmul(a, b, out: str, *, b_transposed: bool = False):
-    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (b_transposed: b[i] is B[i]^T, [B, N, K]), each product's bits
-    those of the product alone."""
-    validate_batch(a, b, out, b_transposed)
-    return _product(a, b, out, b_transposed)
+def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: bool = False):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
+    is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
+    validate_batch(a, b, out, a_transposed, b_transposed)
+    return _product(a, b, out, a_transposed, b_transposed)
 
 
-def _product(a, b, out: str, b_transposed: bool = False):
+def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
     """One product or a batch of them (a leading dimension), padded as the module says."""
-    (m, k), n, batch = a.shape[-2:], b.shape[-2 if b_transposed else -1], a.shape[:-2]
+    batch = a.shape[:-2]
+    (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
-    if b_transposed and interpret and not INTERPRETER_TRANSPOSES_OPERANDS:  # jax 0.10 on a CPU: XLA transposes B^T
-        b, b_transposed = jnp.swapaxes(b, -1, -2), False
-    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY)
+    if interpret and not INTERPRETER_TRANSPOSES_OPERANDS:  # jax 0.10 on a CPU: XLA transposes A^T and B^T
+        a = jnp.swapaxes(a, -1, -2) if a_transposed else a
+        b = jnp.swapaxes(b, -1, -2) if b_transposed else b
+        a_transposed = b_transposed = False
+    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY,
+                              a_transposed=a_transposed)
     # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
     # pallas_kernels)
     if (pm, pk) != (m, k):
-        a = zero_padded(a, shape=(*batch, pm, pk))
+        a = zero_padded(a, shape=(*batch, *((pk, pm) if a_transposed else (pm, pk))))
     if (pk, pn) != (k, n):
         b = zero_padded(b, shape=(*batch, *((pn, pk) if b_transposed else (pk, pn))))
-    c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret, b_transposed=b_transposed)
+    c = _matmul(a, b, out=out, tiles=tiles, interpret=interpret, a_transposed=a_transposed, b_transposed=b_transposed)
     return c if (pm, pn) == (m, n) else cut_to(c, shape=(*batch, m, n))

@@ -9,9 +9,10 @@ distinct M would compile anew. M is therefore padded with zero rows up to a mult
 (rows are independent, so the padding changes no bits of the real rows) and the result sliced.
 
 A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
-second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one. B may come
-transposed (B^T, [B, N, K], as a gradient's g @ B^T takes it): its tiles are loaded as they lie and transposed for
-the dot, where the Triton port reads the same tiles through strides; the dot, and so the bits, are the same.
+second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one. A and B may
+come transposed (A^T [B, K, M], as a weight's gradient A^T g takes it; B^T [B, N, K], as g B^T): their tiles are
+loaded as they lie and transposed for the dot, where the Triton port reads the same tiles through strides; the dot,
+and so the bits, are the same.
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ from ports.matmul import validate, validate_batch
 from ports.matmul_common import matmul_tiling
 
 
-def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m, b_transposed):
+def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m, a_transposed, b_transposed):
     pid = pl.program_id(0)
     matrix = pl.program_id(1)
-    tiles_m = a_ref.shape[1] // tile_m
+    tiles_m = c_ref.shape[1] // tile_m
     tiles_n = pl.cdiv(n, tile_n)
     per_group = group_m * tiles_n
     first_m = (pid // per_group) * group_m
@@ -42,8 +43,12 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
 
     def step(i, acc):
         k0 = i * tile_k
-        a = pltriton.load(a_ref.at[matrix, pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
-                          mask=jnp.broadcast_to((k0 + ks)[None, :] < k, (tile_m, tile_k)), other=0.0)
+        if a_transposed:  # A^T's [tile_k, tile_m] tile, transposed for the dot
+            a = pltriton.load(a_ref.at[matrix, pl.ds(k0, tile_k), pl.ds(row0, tile_m)],
+                              mask=jnp.broadcast_to((k0 + ks)[:, None] < k, (tile_k, tile_m)), other=0.0).T
+        else:
+            a = pltriton.load(a_ref.at[matrix, pl.ds(row0, tile_m), pl.ds(k0, tile_k)],
+                              mask=jnp.broadcast_to((k0 + ks)[None, :] < k, (tile_m, tile_k)), other=0.0)
         if b_transposed:  # B^T's [tile_n, tile_k] tile, transposed for the dot
             b = pltriton.load(b_ref.at[matrix, pl.ds(col0, tile_n), pl.ds(k0, tile_k)],
                               mask=(cols[:, None] < n) & ((k0 + ks)[None, :] < k), other=0.0).T
@@ -57,17 +62,18 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
                    mask=jnp.broadcast_to(cols[None, :] < n, (tile_m, tile_n)))
 
 
-@functools.partial(jax.jit, static_argnames=("out", "interpret", "b_transposed"))
-def _matmul(a, b, *, out, interpret, b_transposed=False):
-    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] (b_transposed: b holds B^T, [B, N, K]), with M a multiple of
-    tile_m (`_product` pads it)."""
+@functools.partial(jax.jit, static_argnames=("out", "interpret", "a_transposed", "b_transposed"))
+def _matmul(a, b, *, out, interpret, a_transposed=False, b_transposed=False):
+    """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] (a_transposed: a holds A^T, [B, K, M]; b_transposed: b holds
+    B^T, [B, N, K]), with M a multiple of tile_m (`_product` pads it)."""
     one = a.ndim == 2
     a, b = (a[None], b[None]) if one else (a, b)
-    (batch, padded_m, k), n = a.shape, b.shape[1 if b_transposed else 2]
+    batch, (padded_m, k) = a.shape[0], (a.shape[:0:-1] if a_transposed else a.shape[1:])
+    n = b.shape[1 if b_transposed else 2]
     tiles = matmul_tiling(padded_m, n)
     c = pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
-                          group_m=tiles.group_m, b_transposed=b_transposed),
+                          group_m=tiles.group_m, a_transposed=a_transposed, b_transposed=b_transposed),
         out_shape=jax.ShapeDtypeStruct((batch, padded_m, n), jnp.float32 if out == "float32" else a.dtype),
         grid=(padded_m // tiles.tile_m * pl.cdiv(n, tiles.tile_n), batch),
         compiler_params=pltriton.CompilerParams(num_warps=tiles.warps, num_stages=tiles.stages),
@@ -85,22 +91,23 @@ def matmul(data):
     return _product(*data)
 
 
-def batched_matmul(a, b, out: str, *, b_transposed: bool = False):
-    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (b_transposed: b[i] is B[i]^T, [B, N, K]), each product's bits
-    those of the product alone."""
-    validate_batch(a, b, out, b_transposed)
-    return _product(a, b, out, b_transposed)
+def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: bool = False):
+    """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
+    is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
+    validate_batch(a, b, out, a_transposed, b_transposed)
+    return _product(a, b, out, a_transposed, b_transposed)
 
 
-def _product(a, b, out: str, b_transposed: bool = False):
+def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
     """One product or a batch of them (a leading dimension), M padded to a whole tile."""
-    (m, k), n = a.shape[-2:], b.shape[-2 if b_transposed else -1]
+    (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tile_m = matmul_tiling(m, n).tile_m
     padded_m = pl.cdiv(m, tile_m) * tile_m
     interpret = jax.default_backend() != "gpu"
+    transposed = dict(a_transposed=a_transposed, b_transposed=b_transposed)
     if padded_m == m:
-        return _matmul(a, b, out=out, interpret=interpret, b_transposed=b_transposed)
+        return _matmul(a, b, out=out, interpret=interpret, **transposed)
     # the kernel compiles once per padded size, not once per M (see pallas_kernels)
-    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], padded_m, k)), b, out=out, interpret=interpret,
-                b_transposed=b_transposed)
+    padded = (k, padded_m) if a_transposed else (padded_m, k)
+    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], *padded)), b, out=out, interpret=interpret, **transposed)
     return cut_to(c, shape=(*a.shape[:-2], m, n))

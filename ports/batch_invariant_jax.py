@@ -58,28 +58,31 @@ def port() -> tuple[str, callable]:
     raise RuntimeError(f"batch_invariant: none of the JAX matmul ports {PORT_ORDER} runs on this machine")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _product(a, b, out: str, b_transposed: bool = False):
-    """a [B, M, K] @ b [B, K, N] on the port in one launch, in a's dtype (out "same") or float32; with b_transposed,
-    b holds B^T ([B, N, K]), which the port reads as it lies."""
-    cols = b.shape[1 if b_transposed else 2]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
+    """A [B, M, K] @ B [B, K, N] on the port in one launch, in a's dtype (out "same") or float32: a holds A, or A^T
+    ([B, K, M]) with a_transposed; b holds B, or B^T ([B, N, K]) with b_transposed; the port reads each as it lies."""
+    rows, cols = a.shape[2 if a_transposed else 1], b.shape[1 if b_transposed else 2]
     if 0 in a.shape or cols == 0:
-        return jnp.zeros((a.shape[0], a.shape[1], cols), a.dtype if out == "same" else jnp.float32)
-    return port()[1](a, b, out, b_transposed=b_transposed)
+        return jnp.zeros((a.shape[0], rows, cols), a.dtype if out == "same" else jnp.float32)
+    return port()[1](a, b, out, a_transposed=a_transposed, b_transposed=b_transposed)
 
 
-def _product_forward(a, b, out, b_transposed):
-    return _product(a, b, out, b_transposed), (a, b)
+def _product_forward(a, b, out, a_transposed, b_transposed):
+    return _product(a, b, out, a_transposed, b_transposed), (a, b)
 
 
-def _product_backward(out, b_transposed, residuals, g):
-    """The lhs's gradient g B^T on the port with B^T as b lies (b itself, or b^T given as b), no copy; the rhs's
-    A^T g, or for a transposed b its transpose g^T A, through one transposed copy."""
+def _product_backward(out, a_transposed, b_transposed, residuals, g):
+    """The gradients on the port, each operand read as it lies (no transposed copy): the lhs's g B^T, or its
+    transpose B g^T where a holds A^T; the rhs's A^T g, or its transpose g^T A where b holds B^T. Used by second
+    derivatives: a first derivative is the gradient of f by JAX's own rules, evaluated on the port (`batch_invariant`)."""
     a, b = residuals
     g = g.astype(a.dtype)
-    if b_transposed:
-        return _product(g, b, "same"), _product(g.transpose(0, 2, 1), a, "same")
-    return _product(g, b, "same", b_transposed=True), _product(a.transpose(0, 2, 1), g, "same")
+    lhs = (_product(b, g, "same", b_transposed, True) if a_transposed  # B g^T: B as b lies, g^T given as g
+           else _product(g, b, "same", False, not b_transposed))  # g B^T
+    rhs = (_product(g, a, "same", True, a_transposed) if b_transposed  # g^T A: g^T given as g, A as a lies
+           else _product(a, g, "same", not a_transposed, False))  # A^T g
+    return lhs, rhs
 
 
 _product.defvjp(_product_forward, _product_backward)
@@ -136,14 +139,22 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **
     rows_shape, cols_shape = [lhs.shape[d] for d in lhs_free], [rhs.shape[d] for d in rhs_free]
     depth = math.prod(lhs.shape[d] for d in lhs_contract)
     batch, rows, cols = math.prod(batch_shape), math.prod(rows_shape), math.prod(cols_shape)
-    a = jnp.transpose(lhs, (*lhs_batch, *lhs_free, *lhs_contract)).reshape(batch, rows, depth)
-    b_order, transposed_order, in_place = ((*rhs_batch, *rhs_contract, *rhs_free), (*rhs_batch, *rhs_free, *rhs_contract),
-                                           tuple(range(rhs.ndim)))
-    if b_order != in_place and transposed_order == in_place:  # B^T as the rhs lies (einsum's "...md" keys): no copy
-        c = _product(a, rhs.reshape(batch, cols, depth), out, True)
-    else:
-        c = _product(a, jnp.transpose(rhs, b_order).reshape(batch, depth, cols), out)
-    return c.reshape(*batch_shape, *rows_shape, *cols_shape)
+    # each operand as it lies where it is already A^T or B^T (contracted dimensions first in the lhs, last in the rhs,
+    # as JAX's rule for a product's gradients and einsum's "...md" keys make them): no transposed copy
+    a_transposed = _lies_transposed(lhs.ndim, lhs_batch, lhs_free, lhs_contract)
+    b_transposed = _lies_transposed(rhs.ndim, rhs_batch, rhs_contract, rhs_free)
+    a = (lhs.reshape(batch, depth, rows) if a_transposed
+         else jnp.transpose(lhs, (*lhs_batch, *lhs_free, *lhs_contract)).reshape(batch, rows, depth))
+    b = (rhs.reshape(batch, cols, depth) if b_transposed
+         else jnp.transpose(rhs, (*rhs_batch, *rhs_contract, *rhs_free)).reshape(batch, depth, cols))
+    return _product(a, b, out, a_transposed, b_transposed).reshape(*batch_shape, *rows_shape, *cols_shape)
+
+
+def _lies_transposed(ndim: int, batch, first, second) -> bool:
+    """Whether an operand whose port form is (batch, first, second) lies as (batch, second, first) instead: its
+    transposed form is then a reshape, the port form a copy."""
+    in_place = tuple(range(ndim))
+    return (*batch, *first, *second) != in_place and (*batch, *second, *first) == in_place
 
 
 def _jaxprs_in(params: dict):

@@ -95,16 +95,17 @@ def validate(data) -> None:
     _validate_product(a, b, out, a.shape, b.shape)
 
 
-def validate_batch(a, b, out, b_transposed: bool = False) -> None:
-    """`validate` for a port's `batched_matmul`: a [B, M, K] and b [B, K, N] (b_transposed: B^T, [B, N, K]) with one
-    B >= 1, each product as `validate` takes it."""
+def validate_batch(a, b, out, a_transposed: bool = False, b_transposed: bool = False) -> None:
+    """`validate` for a port's `batched_matmul`: a [B, M, K] and b [B, K, N] (a_transposed: A^T, [B, K, M];
+    b_transposed: B^T, [B, N, K]) with one B >= 1, each product as `validate` takes it."""
     check_array("a", a)
     check_array("b", b)
-    b_form = "[B, N, K]" if b_transposed else "[B, K, N]"
+    a_form, b_form = "[B, K, M]" if a_transposed else "[B, M, K]", "[B, N, K]" if b_transposed else "[B, K, N]"
     if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0] or a.shape[0] < 1:
-        raise ValueError(f"a batch of products takes a [B, M, K] and b {b_form} with one B >= 1, got a "
+        raise ValueError(f"a batch of products takes a {a_form} and b {b_form} with one B >= 1, got a "
                          f"{tuple(a.shape)} and b {tuple(b.shape)}")
-    _validate_product(a, b, out, a.shape[1:], b.shape[:0:-1] if b_transposed else b.shape[1:])
+    _validate_product(a, b, out, a.shape[:0:-1] if a_transposed else a.shape[1:],
+                      b.shape[:0:-1] if b_transposed else b.shape[1:])
 
 
 def _validate_product(a, b, out, a_shape, b_shape) -> None:

@@ -141,9 +141,12 @@ def test_batched_products_have_the_bits_of_each_product_alone(port):
 
 
 @pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "jax"])
-def test_jax_ports_take_a_transposed_b_with_the_same_bits(port):
-    # batched_matmul(..., b_transposed=True) takes B^T [B, N, K] as it lies (the JAX transformation's g @ W^T):
-    # each product's bits are those of B itself, ragged N and K included
+def test_jax_ports_take_transposed_operands_with_the_same_bits(port):
+    # batched_matmul(..., a_transposed=True, b_transposed=True) takes A^T [B, K, M] and B^T [B, N, K] as they lie (the
+    # JAX transformation's gradients, g^T x and g W^T): each product's bits are those of A and B themselves, ragged
+    # M, N and K included. Not in Pallas interpret mode for A^T: there the kernel's dot is XLA's CPU dot, which takes
+    # the transposed tile in another order of float32 sums (within their rounding); Mosaic GPU's interpreter and the
+    # GPU keep the bits
     impl = spec.WORKLOAD.implementation(port)
     if impl.needs.missing():
         pytest.skip(f"{port}: {impl.needs.missing()}")
@@ -151,15 +154,22 @@ def test_jax_ports_take_a_transposed_b_with_the_same_bits(port):
     gen = torch.Generator(device=DEVICE).manual_seed(17)
     dtype = torch.bfloat16 if ON_GPU else torch.float16
     for m, k, n in ((1, 72, 136), (70, 100, 40)):
-        a = torch.randn((2, m, k), device=DEVICE, generator=gen).to(dtype)
+        a_t = torch.randn((2, k, m), device=DEVICE, generator=gen).to(dtype)
         b_t = torch.randn((2, n, k), device=DEVICE, generator=gen).to(dtype)
+        a, b = a_t.transpose(1, 2).contiguous(), b_t.transpose(1, 2).contiguous()
         for out in ("same", "float32"):
-            plain = to_torch(batched(*to_framework("jax", (a, b_t.transpose(1, 2).contiguous(), out))))
-            transposed = to_torch(batched(*to_framework("jax", (a, b_t, out)), b_transposed=True))
-            assert first_difference(transposed, plain) is None, (m, k, n, out)
-            assert spec.check((a[1], b_t[1].t(), out), transposed[1], spec.reference((a[1], b_t[1].t(), out))).passed
-    with pytest.raises(ValueError, match=r"b \[B, N, K\]"):
-        batched(*to_framework("jax", (a, b_t[:1], "same")), b_transposed=True)
+            plain = to_torch(batched(*to_framework("jax", (a, b, out))))
+            for a_transposed, b_transposed in ((False, True), (True, False), (True, True)):
+                operands = (a_t if a_transposed else a, b_t if b_transposed else b, out)
+                transposed = to_torch(batched(*to_framework("jax", operands), a_transposed=a_transposed,
+                                              b_transposed=b_transposed))
+                if ON_GPU or port != "pallas" or not a_transposed:
+                    assert first_difference(transposed, plain) is None, (m, k, n, out, a_transposed, b_transposed)
+                else:
+                    assert torch.allclose(transposed, plain, rtol=1e-5, atol=1e-5 * float(plain.abs().max()))
+            assert spec.check((a[1], b[1], out), plain[1], spec.reference((a[1], b[1], out))).passed
+    with pytest.raises(ValueError, match=r"a \[B, K, M\] and b \[B, N, K\]"):
+        batched(*to_framework("jax", (a_t, b_t[:1], "same")), a_transposed=True, b_transposed=True)
 
 
 @pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
@@ -244,8 +254,10 @@ def test_pallas_port_lowers_for_cuda(m):
     tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
     a = jax.numpy.zeros((2, -(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # M padded to a whole tile
     b = jax.numpy.zeros((2, 4096, 4096), jax.numpy.bfloat16)
-    for b_transposed in (False, True):  # B, and B^T as the JAX transformation's g @ W^T gives it
-        lowered = lower_for_hopper(_matmul, a, b, out="same", interpret=False, b_transposed=b_transposed)
+    for transposed in (False, True):  # A and B, and A^T and B^T as the JAX transformation's gradients give them
+        a_in = a.transpose(0, 2, 1) if transposed else a
+        lowered = lower_for_hopper(_matmul, a_in, b, out="same", interpret=False, a_transposed=transposed,
+                                   b_transposed=transposed)
         assert "triton" in lowered.as_text()
 
 
@@ -276,12 +288,14 @@ def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     jax = pytest.importorskip("jax")
     from mosaic_gpu_kernels.matmul import _matmul, mosaic_tiling, padded_shape
     tiles = mosaic_tiling(m, n, out)
-    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False)
-    # one product, and a batch of three (the batch-invariant mode's), with B or B^T (the JAX transformation's g @ W^T)
-    for batch, b_transposed in ((), False), ((3,), False), ((3,), True):
-        a = jax.ShapeDtypeStruct((*batch, pm, pk), jax.numpy.bfloat16)
-        b = jax.ShapeDtypeStruct((*batch, *((pn, pk) if b_transposed else (pk, pn))), jax.numpy.bfloat16)
-        lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False, b_transposed=b_transposed)
+    # one product, and a batch of three (the batch-invariant mode's), with A and B or A^T and B^T (the JAX
+    # transformation's gradients)
+    for batch, transposed in ((), False), ((3,), False), ((3,), True):
+        pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False, a_transposed=transposed)
+        a = jax.ShapeDtypeStruct((*batch, *((pk, pm) if transposed else (pm, pk))), jax.numpy.bfloat16)
+        b = jax.ShapeDtypeStruct((*batch, *((pn, pk) if transposed else (pk, pn))), jax.numpy.bfloat16)
+        lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False, a_transposed=transposed,
+                                   b_transposed=transposed)
         assert "mosaic_gpu" in lowered.as_text()
 
 
