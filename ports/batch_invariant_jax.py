@@ -75,7 +75,8 @@ def _product_forward(a, b, out, a_transposed, b_transposed):
 def _product_backward(out, a_transposed, b_transposed, residuals, g):
     """The gradients on the port, each operand read as it lies (no transposed copy): the lhs's g B^T, or its
     transpose B g^T where a holds A^T; the rhs's A^T g, or its transpose g^T A where b holds B^T. Used by second
-    derivatives: a first derivative is the gradient of f by JAX's own rules, evaluated on the port (`batch_invariant`)."""
+    derivatives: a first derivative is the gradient of f by JAX's own rules, evaluated on the port
+    (`batch_invariant`)."""
     a, b = residuals
     g = g.astype(a.dtype)
     lhs = (_product(b, g, "same", b_transposed, True) if a_transposed  # B g^T: B as b lies, g^T given as g
