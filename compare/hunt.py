@@ -24,6 +24,9 @@ import os
 import sys
 import time
 
+from compare.records import device_info, error_text, versions
+from ports import to_framework, to_torch
+
 PROGRESS_SECONDS = 30
 
 
@@ -47,8 +50,6 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
     implementation that fails to load is recorded (load_error) and left out. save(tally), if given, runs after an
     input with a failure, with each progress line and at the end, also when the hunt is interrupted, so a hunt cut
     short keeps what it found."""
-    from compare.records import error_text
-
     tally = {impl.name: {"inputs": 0, "items": 0, "settled_by_bound": 0, "failures": [], "worst": {},
                          "load_error": None} for impl in impls}
     functions = {}
@@ -84,9 +85,6 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
 def _check_input(workload, case_name, case, seed, device, functions, tally, report) -> bool:
     """Every implementation on the input of (case, seed), checked and tallied; whether one failed. The reference
     is computed once, and only where the workload's bounded check leaves an output open."""
-    from compare.records import error_text
-    from ports import to_framework, to_torch
-
     inputs = workload.make_inputs(case, seed, device)
     expected = None
     found = False
@@ -120,7 +118,6 @@ def main(argv=None) -> int:
 
     on_gpu = gpu_or_interpreters()
     from compare.one_case import one_case_arguments, one_case_setup
-    from compare.records import device_info, versions
 
     parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations",
