@@ -14,16 +14,31 @@ gpu_or_interpreters()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+# Variables a library's import sets for its own later use, kept when a test's import set them: jax's Mosaic GPU
+# names its runtime library in MOSAIC_GPU_RUNTIME_LIB_PATH at import, and its custom call loads that library when it
+# compiles a process's first kernel. Removed after the test that imported it, the first Mosaic GPU kernel compiled
+# in a later test failed ("Symbols not found: mosaic_gpu_init_tma_desc, mosaic_gpu_launch_kernel"): that was the
+# Mosaic GPU TriMul tests' failure under several pytest-xdist workers on the GPU.
+SET_BY_IMPORTS = ("MOSAIC_GPU_RUNTIME_LIB_PATH",)
+
+
+def restore_environment(before: dict) -> None:
+    """os.environ as it was (`before`), but for SET_BY_IMPORTS's variables, which stay as they are now."""
+    now = {**before, **{name: os.environ[name] for name in SET_BY_IMPORTS if name in os.environ}}
+    if os.environ != now:
+        os.environ.clear()
+        os.environ.update(now)
+
+
 @pytest.fixture(autouse=True)
 def environment_restored():
-    """Every test leaves the environment as it found it. A test that stands in a CPU for the GPU runs the driver,
-    which chooses the Triton interpreter by setting TRITON_INTERPRET (`gpu_or_interpreters`): left set, every Triton
-    kernel module imported after it in the same process ran interpreted on a GPU's tensors, and failed."""
+    """Every test leaves the environment as it found it (but for SET_BY_IMPORTS). A test that stands in a CPU for
+    the GPU runs the driver, which chooses the Triton interpreter by setting TRITON_INTERPRET
+    (`gpu_or_interpreters`): left set, every Triton kernel module imported after it in the same process ran
+    interpreted on a GPU's tensors, and failed."""
     before = dict(os.environ)
     yield
-    if os.environ != before:
-        os.environ.clear()
-        os.environ.update(before)
+    restore_environment(before)
 
 
 # Variant files of the Triton TriMul port (`--variant NAME=triton:FILE`), for the driver's and the tools' tests.

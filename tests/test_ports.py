@@ -8,6 +8,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -152,6 +153,20 @@ def test_a_port_wrong_on_some_calls_fails_on_every_case_set(case_set, timed):
     assert failed == set(names), record["results"]
     first = [r for r in record["results"] if r["impl"] == "first"]
     assert all(r["checked"] == "12/12 outputs passed" for r in first), first
+
+
+def test_a_test_leaves_the_environment_as_it_found_it_but_what_an_import_set(monkeypatch):
+    """The restore after every test (conftest): a variable a test set goes, one a library's import set for its own
+    later use (jax's Mosaic GPU runtime library) stays."""
+    from conftest import SET_BY_IMPORTS, restore_environment
+
+    before = dict(os.environ)
+    monkeypatch.setenv("CROSSPORT_SET_BY_A_TEST", "1")
+    monkeypatch.setenv(SET_BY_IMPORTS[0], "/a/library/runtime.so")
+    restore_environment(before)
+    assert "CROSSPORT_SET_BY_A_TEST" not in os.environ
+    assert os.environ[SET_BY_IMPORTS[0]] == "/a/library/runtime.so"
+    assert {**os.environ, SET_BY_IMPORTS[0]: None} == {**before, SET_BY_IMPORTS[0]: None}
 
 
 def test_cli_exits_0_when_only_skips_are_reported(tmp_path, monkeypatch, capsys):
