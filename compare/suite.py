@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=Path("results/h200/tests.json"),
                         help="where the record goes (default results/h200/tests.json)")
     parser.add_argument("--workers", default=None,
-                        help="pytest-xdist workers (default: the project's, one a core on a CPU, one on a GPU)")
+                        help="pytest-xdist workers (default: the project's, one a core on a CPU, four on a GPU)")
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest (default: the whole suite)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:

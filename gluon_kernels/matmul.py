@@ -134,10 +134,16 @@ def descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
 
 
 def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
-    """The tensor zero-padded to `rows` x `columns`, contiguous, at a 16-byte aligned address."""
+    """The tensor zero-padded to `rows` x `columns`, contiguous with row-major strides, at a 16-byte aligned address.
+
+    torch counts a tensor of one row as contiguous whatever its row stride (x.t() of a column [K, 1] has strides
+    (1, 1)), and a TMA descriptor takes that stride as its row pitch, which must be a multiple of 16 bytes: such a
+    tensor is given the row-major strides, which address the same elements."""
     if tensor.shape != (rows, columns):
         tensor = F.pad(tensor, (0, columns - tensor.shape[1], 0, rows - tensor.shape[0]))
     tensor = tensor.contiguous()
+    if tensor.stride() != (columns, 1):
+        tensor = tensor.as_strided((rows, columns), (columns, 1))
     return tensor if tensor.data_ptr() % TMA_ALIGNMENT == 0 else tensor.clone()
 
 

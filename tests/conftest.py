@@ -95,10 +95,14 @@ def compile_for_hopper():
     return run
 
 
+GPU_WORKERS = 4  # processes sharing the GPU: most of a GPU run is compiling, on the host's cores
+
+
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject's addopts): a worker a core through the interpreters; one on a GPU, where the tests share
-    the device and run in minutes (pytest-xdist's hook)."""
-    return 1 if torch.cuda.is_available() else os.cpu_count() or 1
+    """`-n auto` (pyproject's addopts): a worker a core through the interpreters; GPU_WORKERS on a GPU, where the
+    tests share the device (pytest-xdist's hook). Several workers on a GPU failed the Mosaic GPU tests until the
+    restore after each test kept SET_BY_IMPORTS."""
+    return min(GPU_WORKERS, os.cpu_count() or 1) if torch.cuda.is_available() else os.cpu_count() or 1
 
 
 def pytest_addoption(parser):

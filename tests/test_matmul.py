@@ -189,6 +189,18 @@ def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
             assert spec.check((a, b, out), contiguous, spec.reference((a, b, out))).passed
 
 
+def test_gluon_gives_a_tma_descriptor_a_row_major_pitch():
+    # torch counts a tensor of one row as contiguous whatever its row stride, and a TMA descriptor takes that stride
+    # as its row pitch: the Gluon port failed on the H200 on x.t() of a [K, 1] column (strides (1, 1))
+    from gluon_kernels.matmul import _tma_ready
+
+    row = torch.arange(72, dtype=torch.float16).reshape(72, 1).t()
+    assert row.is_contiguous() and row.stride() == (1, 1)
+    for columns in (72, 80):  # as it is, and padded to 16-byte rows
+        ready = _tma_ready(row, 1, columns)
+        assert ready.stride() == (columns, 1) and torch.equal(ready[:, :72], row) and not ready[:, 72:].any()
+
+
 def test_driver_end_to_end_reports_properties_and_bitwise_cross(tmp_path):
     path = tmp_path / "matmul.json"
     runnable = [port for port in PORTS if not spec.WORKLOAD.implementation(port).needs.missing()]
