@@ -169,6 +169,21 @@ def test_a_test_leaves_the_environment_as_it_found_it_but_what_an_import_set(mon
     assert {**os.environ, SET_BY_IMPORTS[0]: None} == {**before, SET_BY_IMPORTS[0]: None}
 
 
+@pytest.mark.parametrize("planted", ["nothing", "nan", "inf", "one element off"])
+def test_the_elementwise_check_in_chunks_gives_the_whole_checks_verdict_and_figures(monkeypatch, planted):
+    gen = torch.Generator().manual_seed(7)
+    expected = torch.randn(4, 9, 5, generator=gen, dtype=torch.float64)
+    output = (expected + 1e-3 * torch.randn(expected.shape, generator=gen, dtype=torch.float64)).float()
+    if planted != "nothing":  # in the last, partial chunk of seven
+        wrong = {"nan": float("nan"), "inf": float("inf"), "one element off": 1.0 + float(expected[3, 8, 4])}
+        output[3, 8, 4] = wrong[planted]
+    whole = ports.allclose_check(output, expected, rtol=2e-2, atol=2e-2, dtype=torch.float32)
+    monkeypatch.setattr(ports, "CHECK_CHUNK", 7)
+    chunked = ports.allclose_check(output, expected, rtol=2e-2, atol=2e-2, dtype=torch.float32)
+    assert (chunked.passed, chunked.reason) == (whole.passed, whole.reason) and whole.passed == (planted == "nothing")
+    assert chunked.errors == pytest.approx(whole.errors, rel=1e-12, nan_ok=True)
+
+
 def test_cli_exits_0_when_only_skips_are_reported(tmp_path, monkeypatch, capsys):
     unrunnable = Implementation("gpu_only", "torch", "gluon", "needs a GPU", "tests.test_ports:twice", Needs(gpu=True))
     registered = workload(unrunnable)
