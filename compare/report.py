@@ -374,12 +374,12 @@ TESTS_RECORD = "results/h200/tests.json"  # the last run of the whole suite on t
 
 
 def tests_line(root: Path) -> str:
-    """README.md's line on the last GPU run of the whole test suite (or that none is recorded)."""
+    """README.md's line on the last green GPU run of the whole test suite (or that none is recorded)."""
     if not (root / TESTS_RECORD).exists():
         return _generated(TESTS_RECORD, "No GPU run of the whole test suite is recorded yet: `python -m compare.suite` "
                           f"on a GPU records one in `{TESTS_RECORD}`.")
     record = json.loads((root / TESTS_RECORD).read_text())
-    return _generated(TESTS_RECORD, f"The whole test suite last ran on an {record['device']} on "
+    return _generated(TESTS_RECORD, f"The whole test suite last passed on an {record['device']} on "
                       f"{record['started'][:10]} at commit {_commit(record)}: {record['passed']} passed, "
                       f"{record['failed'] + record['errors']} failed, {record['skipped']} skipped "
                       f"(`python -m compare.suite`, recorded in `{TESTS_RECORD}`).")
