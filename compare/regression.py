@@ -9,7 +9,8 @@ Per case and implementation found in both runs:
 - slower: median time above the saved one by more than 10% and by more than 3 of the saved run's interquartile
   ranges (its spread: the baseline's noise), a regression; faster by the same rule, reported;
 - newly passing, reported.
-Times are compared only when both runs used the same timer on the same device. A result skipped in either run, one
+Times are compared only when both runs used the same timer on the same device, and a line warns where a library
+baseline's time moved too: the same GPU on another host can move every host clock. A result skipped in either run, one
 only the saved run has and one only this run has each get a line, and none is a regression. Two runs with no case
 and implementation in common cannot be compared (`common_results` says so before the run).
 """
@@ -119,8 +120,15 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
     return changes
 
 
-def report(changes: list[dict], saved: dict, new: dict, path) -> str:
-    """The changes as text, a line each: regressions first, then the other changes, then what was not compared."""
+def library_moves(changes: list[dict], library: set[str]) -> list[dict]:
+    """The library baselines' times that moved beyond noise. Their code is the saved run's where the versions are,
+    so their move is the machine's (another host of the same GPU: a slower host path moves every host clock)."""
+    return [c for c in changes if c["impl"] in library and c["change"] in ("slower", "faster")]
+
+
+def report(changes: list[dict], saved: dict, new: dict, path, library: set[str] = frozenset()) -> str:
+    """The changes as text, a line each: regressions first, then the other changes, then what was not compared;
+    a warning where library baselines (`library`) moved too."""
     compared = len({r.key for r in results_of(saved)} & {r.key for r in results_of(new)})
     lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
              f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}): {compared} result(s) in both runs"]
@@ -132,6 +140,12 @@ def report(changes: list[dict], saved: dict, new: dict, path) -> str:
     bits_apart = bits_differ_because(saved, new)
     lines.append(f"  bits: not compared, {bits_apart}" if bits_apart else
                  "  bits: compared (the same device and library versions)")
+    moved_libraries = library_moves(changes, library)
+    if moved_libraries:
+        first = moved_libraries[0]
+        lines.append(f"  machine: {len(moved_libraries)} library baseline time(s) moved too (first: {first['impl']} "
+                     f"{first['case_set']}:{first['case']} {first['change']}, {first['detail']}): a port's move of "
+                     "that size may be the machine's, not the port's; an A/B in one run (--variant) settles it")
     if not changes:
         lines.append("  nothing moved")
     apart = ("bits differ", "skipped in both", "skipped now", "was skipped", "new", "not rerun")

@@ -310,6 +310,23 @@ def test_against_takes_its_noise_from_the_saved_run_and_bits_only_from_the_same_
         compare_runs(saved, dict(upgraded, results=[dict(upgraded["results"][0], case="other")]), set())
 
 
+def test_against_warns_when_a_library_baselines_time_moved_too():
+    # on the H200, another host of the same GPU moved every host clock, torch_compile's (no code of ours) included
+    from compare.regression import compare_runs, report
+
+    def run_record(port_ms, library_ms):
+        return {"device": "GPU", "settings": {"timer": "host"}, "versions": {},
+                "results": [{"case_set": "bench", "case": "c", "impl": impl, "status": "pass", "median_ms": ms,
+                             "iqr_ms": 0.01, "output_sha256": "a"} for impl, ms in (("port", port_ms),
+                                                                                     ("library", library_ms))]}
+
+    saved = run_record(1.0, 2.0)
+    for new, warned in ((run_record(1.5, 2.6), True), (run_record(1.5, 2.0), False)):
+        changes = compare_runs(saved, new, library={"library"})
+        assert ("machine: 1 library baseline time(s) moved too" in report(changes, saved, new, "s.json",
+                                                                          library={"library"})) == warned
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--impl", ","], "--impl names no implementation"), (["--cases", ","], "--cases names no case set"),
     (["--cases", "smoke:x"], "case index 'x' is not a number"), (["--cases", "smoke:9"], "out of range")])
