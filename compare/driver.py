@@ -282,8 +282,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             recorder.record["summary"] = summarise(results, workload.baseline)
             recorder.record["results"] = [entry.to_json() for entry in results]
             recorder.save()
-            if impl.ported and result.passed:  # in host memory, where `cross_comparisons` reads them: on the GPU
-                # they stayed through the case (four TriMul outputs of n = 1024, dim 768: 12 GiB)
+            if impl.ported and result.passed:  # on the host, off the GPU's memory (results/h200/NOTES.md, 43rd session)
                 ported[impl.name] = (tuple(part.cpu() for part in first) if isinstance(first, (tuple, list))
                                      else first.cpu())
             timing = f" {result.median_ms:.3f} ms" if result.median_ms is not None else ""

@@ -370,13 +370,13 @@ def custom_kernel(workload: str, implementation: str) -> Callable:
     return run
 
 
-CHECK_CHUNK = 1 << 25  # elements compared at a time: whole, a large output's float64 temporaries held tens of GiB
+CHECK_CHUNK = 1 << 25  # elements compared at a time, to bound the float64 temporaries (results/h200/NOTES.md)
 
 
 def allclose_check(output, expected, rtol: float, atol: float, dtype) -> Check:
     """Elementwise |out - ref| <= atol + rtol |ref| in float64; NaN, Inf, a wrong shape or another dtype than
-    `dtype` (a torch dtype) fail. Compared CHECK_CHUNK elements at a time: on the GPU, TriMul's n = 1024, dim 768
-    output is 6 GiB in float64, and the driver's run ran out of memory with every temporary whole."""
+    `dtype` (a torch dtype) fail. Compared CHECK_CHUNK elements at a time: whole, a large output's temporaries ran
+    the GPU out of memory."""
     import torch
 
     if not isinstance(output, torch.Tensor):

@@ -14,11 +14,8 @@ gpu_or_interpreters()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-# Variables a library's import sets for its own later use, kept when a test's import set them: jax's Mosaic GPU
-# names its runtime library in MOSAIC_GPU_RUNTIME_LIB_PATH at import, and its custom call loads that library when it
-# compiles a process's first kernel. Removed after the test that imported it, the first Mosaic GPU kernel compiled
-# in a later test failed ("Symbols not found: mosaic_gpu_init_tma_desc, mosaic_gpu_launch_kernel"): that was the
-# Mosaic GPU TriMul tests' failure under several pytest-xdist workers on the GPU.
+# Variables a library's import sets and later reads, kept after the test that imported it: jax's Mosaic GPU loads its
+# runtime from this one at each compile (results/h200/experiments/gpu-suite/README.md, four workers at 6b246fe)
 SET_BY_IMPORTS = ("MOSAIC_GPU_RUNTIME_LIB_PATH",)
 
 
