@@ -215,9 +215,8 @@ def main(argv=None) -> int:
         from compare.records import Recorder
         from compare.regression import compare_runs, report
 
-        library = {impl.name for impl in workload.implementations if not impl.ported}
-        changes = compare_runs(saved, record, library)
-        print(report(changes, saved, record, args.against, library))
+        changes = compare_runs(saved, record, {impl.name for impl in workload.implementations if not impl.ported})
+        print(report(changes, saved, record, args.against))
         if args.json:  # the comparison joins the run's record
             record["against"] = {"saved": str(args.against), "changes": changes}
             Recorder(args.json, record).save()

@@ -76,9 +76,9 @@ def common_results(saved: dict, planned: set[tuple[str, str, str]]) -> set[tuple
 
 
 def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
-    """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression"}.
-    `library`: the names of library baselines (their bit changes are not regressions). ValueError when the runs
-    have no result in common."""
+    """Every change between the runs: {"case_set", "case", "impl", "change", "detail", "regression", "library"}.
+    `library`: the names of library baselines (their bit changes are not regressions; "library" marks their
+    changes). ValueError when the runs have no result in common."""
     before = {r.key: r for r in results_of(saved)}
     after = {r.key: r for r in results_of(new)}
     if not before.keys() & after.keys():
@@ -88,7 +88,7 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
 
     def add(where, change, detail, regression):
         changes.append({"case_set": where[0], "case": where[1], "impl": where[2], "change": change, "detail": detail,
-                        "regression": regression})
+                        "regression": regression, "library": where[2] in library})
 
     for where, now in after.items():
         then = before.get(where)
@@ -120,15 +120,15 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
     return changes
 
 
-def library_moves(changes: list[dict], library: set[str]) -> list[dict]:
+def library_moves(changes: list[dict]) -> list[dict]:
     """The library baselines' times that moved beyond noise. Their code is the saved run's where the versions are,
     so their move is the machine's (another host of the same GPU: a slower host path moves every host clock)."""
-    return [c for c in changes if c["impl"] in library and c["change"] in ("slower", "faster")]
+    return [c for c in changes if c["library"] and c["change"] in ("slower", "faster")]
 
 
-def report(changes: list[dict], saved: dict, new: dict, path, library: set[str] = frozenset()) -> str:
+def report(changes: list[dict], saved: dict, new: dict, path) -> str:
     """The changes as text, a line each: regressions first, then the other changes, then what was not compared;
-    a warning where library baselines (`library`) moved too."""
+    a warning where library baselines moved too."""
     compared = len({r.key for r in results_of(saved)} & {r.key for r in results_of(new)})
     lines = [f"against {path} (saved {saved.get('started', '?')}, commit "
              f"{(saved.get('provenance') or {}).get('commit') or 'not recorded'}): {compared} result(s) in both runs"]
@@ -140,7 +140,7 @@ def report(changes: list[dict], saved: dict, new: dict, path, library: set[str] 
     bits_apart = bits_differ_because(saved, new)
     lines.append(f"  bits: not compared, {bits_apart}" if bits_apart else
                  "  bits: compared (the same device and library versions)")
-    moved_libraries = library_moves(changes, library)
+    moved_libraries = library_moves(changes)
     if moved_libraries:
         first = moved_libraries[0]
         lines.append(f"  machine: {len(moved_libraries)} library baseline time(s) moved too (first: {first['impl']} "

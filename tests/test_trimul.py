@@ -218,7 +218,7 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels themselves")
 def test_pallas_port_lowers_for_cuda():
     # Interpret mode never lowers to Triton IR; lowering for CUDA needs no GPU and catches what the GPU would reject.
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     from pallas_kernels.trimul import _trimul
     x, mask, weights, config = to_framework("jax", spec.make_inputs(SMOKE[0], 1, "cpu"))
     lowered = lower_for_hopper(_trimul, x, mask, weights, hidden=config["hidden_dim"], interpret=False)
