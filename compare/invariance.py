@@ -341,6 +341,21 @@ def first_difference(trace: dict, other_trace: dict) -> dict | None:
     return None
 
 
+def cross_comparison(torch_runner, jax_runner, tokens: np.ndarray) -> dict:
+    """torch against JAX with both modes on: whether the logits and input gradients are the same bits, and where
+    they are not, the first sequence whose logits differ and the first intermediate of it that does."""
+    runners = (torch_runner, jax_runner)
+    logits = [runner.logits(tokens, True) for runner in runners]
+    sequence = next((i for i in range(len(tokens)) if not np.array_equal(logits[0][i], logits[1][i])), None)
+    gradients = [runner.input_gradients(tokens, True) for runner in runners]
+    gradient_equal = np.array_equal(*gradients)
+    return {"logits_equal": sequence is None, "first_differing_sequence": sequence,
+            "first_difference": None if sequence is None else first_difference(
+                *(runner.trace(tokens[sequence:sequence + 1]) for runner in runners)),
+            "gradient_equal": gradient_equal,
+            "gradient_max_abs_diff": 0.0 if gradient_equal else float(np.max(np.abs(gradients[0] - gradients[1])))}
+
+
 def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0, progress=print,
         cost_batches: list[int] | None = None, repeats: int = 5, ops: bool = False) -> dict:
     from compare import gpu_or_interpreters
@@ -363,13 +378,7 @@ def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0
                 built[name], tokens, batches, invariant)
     if set(frameworks) == {"torch", "jax"}:
         progress("torch against JAX, both modes on ...")
-        equal = np.array_equal(built["torch"].logits(tokens, True), built["jax"].logits(tokens, True))
-        gradients = [built[name].input_gradients(tokens, True) for name in ("torch", "jax")]
-        gradient_equal = np.array_equal(*gradients)
-        record["cross"] = {"logits_equal": equal, "first_difference": None if equal else first_difference(
-            built["torch"].trace(tokens[:1]), built["jax"].trace(tokens[:1])),
-            "gradient_equal": gradient_equal,
-            "gradient_max_abs_diff": 0.0 if gradient_equal else float(np.max(np.abs(gradients[0] - gradients[1])))}
+        record["cross"] = cross_comparison(built["torch"], built["jax"], tokens)
     if cost_batches:
         record["cost"] = {}
         for name, runner in built.items():
@@ -400,7 +409,8 @@ def table(record: dict) -> str:
     if cross:
         difference = cross["first_difference"]
         lines.append("torch and JAX logits, modes on: " + ("the same bits" if cross["logits_equal"] else
-                     f"differ; first at {difference['op']} ({difference['elements_differing']} of "
+                     f"differ; sequence {cross.get('first_differing_sequence')} first at {difference['op']} "
+                     f"({difference['elements_differing']} of "
                      f"{difference['elements']} elements, up to {difference['max_abs_diff']:.3g})"
                      if difference else "differ"))
         lines.append("torch and JAX input gradients (a training step's backward pass), modes on: " + (

@@ -2,6 +2,7 @@
 sizes, the mode's products are invariant in the batch, agree with float64, carry their invariance into the gradients
 of the activations, refuse what they do not cover, and leave torch's kernels exactly as they were. On a CPU the
 products are float16 (the interpreter misreads bfloat16, which the mode refuses there); bfloat16 on a GPU."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -269,7 +270,6 @@ def decoder_layer(x, w):
 
 def test_jax_rows_have_the_same_bits_in_any_batch_under_jit_and_grad():
     jax = pytest.importorskip("jax")
-    import numpy as np
 
     from ports.batch_invariant_jax import batch_invariant
 
@@ -310,7 +310,6 @@ def test_jax_takes_transposed_operands_as_they_lie(port_name, monkeypatch):
     # g^T x), so that a training step copies neither a weight nor an output's gradient; the bits are those of the
     # operands transposed first, the gradients within rounding of float64
     jax = pytest.importorskip("jax")
-    import numpy as np
 
     import ports.batch_invariant_jax as bij
     from mosaic_gpu_kernels.common import INTERPRETER_TRANSPOSES_OPERANDS
@@ -348,7 +347,6 @@ def test_jax_second_derivatives_run_on_the_port():
     # a derivative of a gradient differentiates the products the gradient ran on the port (the product's own custom
     # VJP, each operand read as it lies: lhs and rhs, plain and transposed): within rounding of XLA's in float32
     jax = pytest.importorskip("jax")
-    import numpy as np
 
     from ports.batch_invariant_jax import batch_invariant
 
@@ -375,7 +373,6 @@ def test_jax_row_sums_run_on_the_row_kernel_forward_and_backward():
     # softmax, log-softmax and a mean reach XLA as reduce_sum over the last axis: on the row kernel, a row's bits the
     # same in any batch, its gradient too, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
     jax = pytest.importorskip("jax")
-    import numpy as np
 
     from ports.batch_invariant_jax import batch_invariant
 
@@ -431,7 +428,6 @@ def test_jax_refuses_what_it_does_not_cover():
 @pytest.mark.skipif(DEVICE != "cuda", reason="the interpreters sum in their own orders: same bits only on the GPU")
 def test_torch_and_jax_give_the_same_bits():
     pytest.importorskip("jax")
-    import numpy as np
 
     from ports.batch_invariant_jax import batch_invariant
 
@@ -464,6 +460,31 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
     assert record["cost"]["torch"]["switch_ms"] > 0 and "switch_ms" not in record["cost"]["jax"]
     assert record["command"].startswith("python -m compare invariance --batches 1,2 --layers 1")
     assert record["commit"] and record["started"] and "sources" not in record  # what made the run
+
+
+def test_torch_against_jax_traces_the_first_sequence_whose_logits_differ():
+    from compare.invariance import cross_comparison
+
+    class Runner:  # a decoder whose logits are the tokens' sums; `bump` adds one to sequence 1's from `op` on
+        def __init__(self, bump):
+            self.bump = bump
+
+        def trace(self, tokens):
+            bumped = self.bump and int(tokens[0, 0]) == 1
+            return {op: tokens.astype(float) + (bumped and op != "attention") for op in ("attention", "mlp")}
+
+        def logits(self, tokens, invariant):
+            return np.stack([self.trace(tokens[i:i + 1])["mlp"][0] for i in range(len(tokens))])
+
+        def input_gradients(self, tokens, invariant):
+            return self.logits(tokens, invariant)
+
+    tokens = np.arange(3)[:, None].repeat(2, 1)  # sequence i is [i, i]
+    cross = cross_comparison(Runner(False), Runner(True), tokens)
+    assert not cross["logits_equal"] and cross["first_differing_sequence"] == 1
+    assert cross["first_difference"]["op"] == "mlp" and cross["gradient_max_abs_diff"] == 1.0
+    same = cross_comparison(Runner(False), Runner(False), tokens)
+    assert same["logits_equal"] and same["first_difference"] is None and same["gradient_equal"]
 
 
 @pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],
