@@ -465,7 +465,7 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
 def test_torch_against_jax_traces_the_first_sequence_whose_logits_differ():
     from compare.invariance import cross_comparison
 
-    class Runner:  # a decoder whose logits are the tokens' sums; `bump` adds one to sequence 1's from `op` on
+    class Runner:  # every intermediate is the tokens; `bump` adds one to sequence 1's from "mlp" on
         def __init__(self, bump):
             self.bump = bump
 
