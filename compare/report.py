@@ -406,7 +406,8 @@ def _cross_verdict(cross: dict) -> str:
         return "torch against JAX, both modes on: the same bits, logits and input gradients."
     first = cross.get("first_difference")
     return (f"torch against JAX, both modes on: logits {'the same' if cross.get('logits_equal') else 'differ'}"
-            + (f" (first at `{first['op']}`: {first['elements_differing']} of {first['elements']} elements, by up "
+            + (f" (first in sequence {cross.get('first_differing_sequence', 0)} at `{first['op']}`: "
+               f"{first['elements_differing']} of {first['elements']} elements, by up "
                f"to {first['max_abs_diff']:.3g})" if first else "")
             + f"; input gradients {'the same' if cross.get('gradient_equal') else 'differ'}.")
 
