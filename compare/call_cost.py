@@ -8,8 +8,9 @@ synchronisation, so a port's "overhead" (host clock minus its kernels) holds the
 clock's: a launch onto an idle GPU and a synchronisation round trip. A JAX call adds its dispatch, and a call from
 torch the DLPack conversions both ways. Each is measured here alone, on a one-element add, so that a port's overhead
 can be read against them: a launch of each language's kernel (Triton's launcher; Gluon's, bare and with one TMA
-descriptor made for the call or made once, on a GPU only), a JAX dispatch, DLPack each way. Each figure is the median of
---calls, in microseconds:
+descriptor made for the call or made once, on a GPU only), a JAX dispatch, DLPack each way, and a scalar read back
+in each framework (what a port's own check of its output or input costs, where it reads a value on the host). Each
+figure is the median of --calls, in microseconds:
 - "back-to-back": --calls calls, then one synchronisation, divided by the calls: the host's cost of a call when
   the device keeps up (what a caller in a loop pays);
 - "between synchronisations": one call from an idle, synchronised device to the end of its work, as the driver
@@ -99,6 +100,7 @@ def pieces(on_gpu: bool):
 
     device = "cuda" if on_gpu else "cpu"
     tensor = torch.zeros(1, device=device)
+    scalar = torch.zeros((), device=device)
     many = [torch.zeros(1, device=device) for _ in range(INPUT_ARRAYS)]
     flush = torch.empty(L2_FLUSH_BYTES if on_gpu else 1, dtype=torch.int8, device=device)
 
@@ -125,6 +127,7 @@ def pieces(on_gpu: bool):
     add_one = jax.jit(lambda v: v + 1)
     first_plus_one = jax.jit(lambda arrays: arrays[0] + 1)  # the other arrays are passed, not read
     native = to_framework("jax", tensor)
+    native_scalar = to_framework("jax", scalar)
     natives = to_framework("jax", many)
     pallas_triton, mosaic_gpu = _pallas_add_ones(on_gpu)
     triton_add = triton_add_one()
@@ -140,9 +143,14 @@ def pieces(on_gpu: bool):
          between_synchronisations(lambda: tensor.add_(1), on_gpu)),
         ("torch, after a flush", "the same, after the L2 flush",
          between_synchronisations(lambda: tensor.add_(1), on_gpu, before=lambda: flush.zero_())),
+        ("torch, a scalar read back", "float() of a 0-d add_: a launch, then its value on the host (as the "
+         "TriMul ports' range check reads its sum)", alone(lambda: float(scalar.add_(1)))),
         ("jax, back-to-back", "jax.jit(v + 1): dispatch of one XLA kernel", back_to_back(lambda: add_one(native))),
         ("jax, between synchronisations", "the same, clocked as the driver clocks a call",
          between_synchronisations(lambda: add_one(native), on_gpu)),
+        ("jax, a scalar read back", "float() of jax.jit(v + 1) on a 0-d array: its value on the host (as the JAX "
+         "TriMul ports' range check and the Pallas eigh's input checks read theirs)",
+         alone(lambda: float(add_one(native_scalar)))),
         (f"jax, {INPUT_ARRAYS} arrays, back-to-back", f"jax.jit taking {INPUT_ARRAYS} arrays (a TriMul call's)",
          back_to_back(lambda: first_plus_one(natives))),
         ("pallas-triton, back-to-back", "a Pallas kernel (Triton lowering) adding one",

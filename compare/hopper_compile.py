@@ -31,8 +31,8 @@ from compare.one_case import one_case, one_case_arguments
 from ports.trimul_common import Float16RangeError
 
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
-TORCH_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32", "int64": "i64",
-               "int8": "i8", "uint8": "u8", "bool": "i1"}
+TORCH_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32",
+               "int64": "i64", "int8": "i8", "uint8": "u8", "bool": "i1"}
 
 
 @dataclass

@@ -393,6 +393,19 @@ def run(model: Decoder, batches: list[int], frameworks: list[str], seed: int = 0
     return record
 
 
+def cross_verdict(cross: dict) -> str:
+    """torch against JAX with both modes on, in a sentence (the table's and the report's)."""
+    if cross.get("logits_equal") and cross.get("gradient_equal"):
+        return "torch against JAX, both modes on: the same bits, logits and input gradients."
+    first = cross.get("first_difference")
+    return (f"torch against JAX, both modes on: logits {'the same' if cross.get('logits_equal') else 'differ'}"
+            + (f" (first in sequence {cross.get('first_differing_sequence', 0)} at `{first['op']}`: "
+               f"{first['elements_differing']} of {first['elements']} elements, by up "
+               f"to {first['max_abs_diff']:.3g})" if first else "")
+            + "; input gradients " + ("the same" if cross.get("gradient_equal")
+                                      else f"differ, by up to {cross['gradient_max_abs_diff']:.3g}") + ".")
+
+
 def table(record: dict) -> str:
     lines = [f"{'framework':10} {'mode':5} " + " ".join(f"B={batch:<5}" for batch in record["batches"]),
              "(each cell: logits, input gradient; = bit for bit the same as each sequence alone, x differs)"]
@@ -405,16 +418,8 @@ def table(record: dict) -> str:
                           if e.get("first_differing_op")), None)
             if first:
                 lines.append(f"{'':10} {'':5} a sequence's logits first differ at B={first[0]} in {first[1]}")
-    cross = record.get("cross")
-    if cross:
-        difference = cross["first_difference"]
-        lines.append("torch and JAX logits, modes on: " + ("the same bits" if cross["logits_equal"] else
-                     f"differ; sequence {cross.get('first_differing_sequence')} first at {difference['op']} "
-                     f"({difference['elements_differing']} of "
-                     f"{difference['elements']} elements, up to {difference['max_abs_diff']:.3g})"
-                     if difference else "differ"))
-        lines.append("torch and JAX input gradients (a training step's backward pass), modes on: " + (
-            "the same bits" if cross["gradient_equal"] else f"differ, up to {cross['gradient_max_abs_diff']:.3g}"))
+    if record.get("cross"):
+        lines.append(cross_verdict(record["cross"]))
     if record.get("cost"):
         note = "" if record["mode"] == "gpu" else " (CPU interpreters: NOT GPU timings)"
         lines.append(f"cost, median host ms, mode off -> on{note}:")

@@ -172,7 +172,7 @@ def summarise(results: Sequence[Result], baseline: str) -> dict:
         if result.passed and result.median_ms and base:
             result.speedup = base / result.median_ms
     summary = {}
-    for (case_set, impl) in {(r.case_set, r.impl) for r in results}:
+    for (case_set, impl) in dict.fromkeys((r.case_set, r.impl) for r in results):  # in the run's order
         rows = [r for r in results if r.case_set == case_set and r.impl == impl]
         complete = all(r.passed and r.median_ms for r in rows)
         entry = {"cases": len(rows), "passed": sum(r.passed for r in rows),

@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.invariance import per_batch
+from compare.invariance import cross_verdict, per_batch
 from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
 from compare.result import Result, results_of
 from ports import ported_backend
@@ -400,18 +400,6 @@ def _batch_verdicts(runs: dict) -> str:
     return f"variant from B = {batch}" + (f" (first at `{op}`)" if op else "")
 
 
-def _cross_verdict(cross: dict) -> str:
-    """torch against JAX with both modes on, in a sentence."""
-    if cross.get("logits_equal") and cross.get("gradient_equal"):
-        return "torch against JAX, both modes on: the same bits, logits and input gradients."
-    first = cross.get("first_difference")
-    return (f"torch against JAX, both modes on: logits {'the same' if cross.get('logits_equal') else 'differ'}"
-            + (f" (first in sequence {cross.get('first_differing_sequence', 0)} at `{first['op']}`: "
-               f"{first['elements_differing']} of {first['elements']} elements, by up "
-               f"to {first['max_abs_diff']:.3g})" if first else "")
-            + f"; input gradients {'the same' if cross.get('gradient_equal') else 'differ'}.")
-
-
 def invariance_lines(record: dict) -> str:
     """The batch-invariant modes' verdicts and cost from the invariance run of record (README.md and REPORT.md)."""
     model, cost = record["model"], record.get("cost", {})
@@ -426,7 +414,7 @@ def invariance_lines(record: dict) -> str:
              "median host time over torch's or XLA's own" + "".join(
                  f" (the mode held; entering and leaving {framework}'s: {entries['switch_ms']:.3g} ms)"
                  for framework, entries in cost.items() if "switch_ms" in entries)
-             + ". " + _cross_verdict(record["cross"]), "",
+             + ". " + cross_verdict(record["cross"]), "",
              "| framework | mode off | mode on | forward, mode on / off | training step, mode on / off |",
              "|---|---|---|---|---|"]
     for framework, modes in record["frameworks"].items():

@@ -200,7 +200,8 @@ def properties(function, convert, device, sizes: dict) -> list[dict]:
             failure["m"] = m
             break
     results.append({"property": "batch invariance: rows of A[:M] @ B equal the full product's",
-                    "passed": failure is None, "checked": f"M = 1..{sizes['every_m']}, {len(sizes['sampled_m'])} more up to {m_max}",
+                    "passed": failure is None,
+                    "checked": f"M = 1..{sizes['every_m']}, {len(sizes['sampled_m'])} more up to {m_max}",
                     "first_difference": failure})
 
     rng = random.Random(7)

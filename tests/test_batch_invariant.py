@@ -463,7 +463,7 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
 
 
 def test_torch_against_jax_traces_the_first_sequence_whose_logits_differ():
-    from compare.invariance import cross_comparison
+    from compare.invariance import cross_comparison, cross_verdict
 
     class Runner:  # every intermediate is the tokens; `bump` adds one to sequence 1's from "mlp" on
         def __init__(self, bump):
@@ -483,8 +483,11 @@ def test_torch_against_jax_traces_the_first_sequence_whose_logits_differ():
     cross = cross_comparison(Runner(False), Runner(True), tokens)
     assert not cross["logits_equal"] and cross["first_differing_sequence"] == 1
     assert cross["first_difference"]["op"] == "mlp" and cross["gradient_max_abs_diff"] == 1.0
+    assert cross_verdict(cross) == ("torch against JAX, both modes on: logits differ (first in sequence 1 at `mlp`: "
+                                    "2 of 2 elements, by up to 1); input gradients differ, by up to 1.")
     same = cross_comparison(Runner(False), Runner(False), tokens)
     assert same["logits_equal"] and same["first_difference"] is None and same["gradient_equal"]
+    assert cross_verdict(same) == "torch against JAX, both modes on: the same bits, logits and input gradients."
 
 
 @pytest.mark.parametrize("arguments", [["--batches", "0"], ["--cost", "x"], ["--frameworks", "numpy"],

@@ -100,6 +100,7 @@ def test_driver_isolates_failures_and_keeps_results(tmp_path):
     assert status["wrong_shape"]["status"] == "fail" and "shape" in status["wrong_shape"]["reason"]
     assert status["torch"]["status"] == "pass"
     assert len(json.loads(path.read_text())["results"]) == 4
+    assert list(record["summary"]["smoke"]) == ["raising", "nan", "wrong_shape", "torch"]  # the run's order
 
 
 def test_driver_end_to_end(tmp_path, capsys):

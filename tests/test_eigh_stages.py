@@ -483,7 +483,8 @@ def test_a_stage_is_varied_as_a_copy_of_its_port_package(tmp_path):
     shutil.copytree(pathlib.Path(stage_module("triton", "jacobi").__file__).parent, copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
     text = (copy / "jacobi.py").read_text()
-    planted = text.replace("    return vectors, values, sweeps, bounds\n", "    return vectors, 2 * values, sweeps, bounds\n")
+    planted = text.replace("    return vectors, values, sweeps, bounds\n",
+                           "    return vectors, 2 * values, sweeps, bounds\n")
     assert planted != text
     (copy / "jacobi.py").write_text(planted)
     path = tmp_path / "variant.json"

@@ -69,6 +69,13 @@ def test_no_source_file_over_600_lines():
     assert not long, long
 
 
+def test_no_line_over_120_columns():
+    files = SOURCES + sorted((ROOT / "tests").glob("*.py"))
+    long = [f"{path.relative_to(ROOT)}:{number}" for path in files
+            for number, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 120]
+    assert not long, long
+
+
 def comments_and_docstrings(path: pathlib.Path):
     """(line, text) of every comment and docstring of a module."""
     source = path.read_text()

@@ -439,7 +439,8 @@ def test_the_bridge_packs_small_tensors_and_keeps_every_value_and_structure(monk
     monkeypatch.setattr(ports, "_dlpack_import", lambda tensor: imports.append(tensor.dtype) or real_import(tensor))
     converted = ports.to_framework("jax", inputs)
     assert imports == [torch.uint8, torch.float32]  # the small tensors of every type as one buffer, big alone
-    assert list(converted[1]) == ["w", "b", "s"] and isinstance(converted[2], list) and converted[3] == {"hidden_dim": 7}
+    assert list(converted[1]) == ["w", "b", "s"] and isinstance(converted[2], list)
+    assert converted[3] == {"hidden_dim": 7}
     pairs = [(big, converted[0]), (inputs[1]["w"], converted[1]["w"]), (inputs[1]["s"], converted[1]["s"])]
     pairs += list(zip(inputs[2], converted[2]))
     for tensor, array in pairs:

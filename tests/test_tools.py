@@ -194,7 +194,8 @@ def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeyp
     monkeypatch.setattr(torch.profiler, "profile",
                         fake_profiler([("eigh_bisect", 4000.0), ("inverse", 2000.0), ("memcpy", 1000.0)], events))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton", load=lambda: lambda inputs: inputs)
+    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton",
+                           load=lambda: lambda inputs: inputs)
     assert report(impl, (torch.zeros(2),), runs=1) is True
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pallas: 7.000 ms in kernels"
@@ -213,7 +214,8 @@ def test_kernel_times_keeps_the_times_when_the_trace_cannot_be_read(monkeypatch,
 
     monkeypatch.setattr(torch.profiler, "profile", Untraced)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton", load=lambda: lambda inputs: inputs)
+    impl = SimpleNamespace(name="pallas", framework="torch", backend="pallas-triton",
+                           load=lambda: lambda inputs: inputs)
     assert report(impl, (torch.zeros(2),), runs=1) is True
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pallas: launch resources unavailable: OSError: No space left on device"
@@ -237,8 +239,8 @@ def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
     status = main(["--calls", "2", "--json", str(tmp_path / "cost.json")])
     out = capsys.readouterr().out
     rows = json.loads((tmp_path / "cost.json").read_text())["pieces"]
-    assert {"synchronise", "jax, between synchronisations", "triton, back-to-back",
-            "dlpack torch to jax, 13 arrays"} <= {row["piece"] for row in rows}
+    assert {"synchronise", "jax, between synchronisations", "triton, back-to-back", "dlpack torch to jax, 13 arrays",
+            "torch, a scalar read back", "jax, a scalar read back"} <= {row["piece"] for row in rows}
     assert [row["piece"] for row in rows if row["us"] is None] == [] and status == 0
     assert len(out.splitlines()) == len(rows) + 1
 
