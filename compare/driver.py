@@ -56,6 +56,18 @@ class Settings:
     timed_sets: tuple | None = None  # case sets to time when timed (None: all)
 
 
+def context_lost(device: str) -> str | None:
+    """The error a device-wide synchronisation raises where a kernel's fault (an illegal address, say) has left the
+    CUDA context unusable, else None (always on a CPU)."""
+    if device != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize()
+    except Exception as error:  # torch.AcceleratorError (a RuntimeError)
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return None
+
+
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
     """One implementation on one case. Returns (its Result, first output as torch or None).
@@ -257,6 +269,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     results: list[Result] = []
     jobs = [job for spec in case_sets for job in select_cases(workload, spec)]
     done = 0
+    lost = None  # the error of a CUDA context an implementation's fault left unusable: the run stops there
     for case_set, case in jobs:
         name = workload.case_name(case)
         timed = settings.timed and (settings.timed_sets is None or case_set in settings.timed_sets)
@@ -282,6 +295,14 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             recorder.record["summary"] = summarise(results, workload.baseline)
             recorder.record["results"] = [entry.to_json() for entry in results]
             recorder.save()
+            lost = result.status == "error" and context_lost(device)
+            if lost:
+                recorder.record["stopped"] = (f"the CUDA context was lost at {case_set} {name} {impl.name} ({lost}); "
+                                              "every later call would fail with it: the run stops, the results "
+                                              "before it stand")
+                recorder.save()
+                progress(textwrap.fill(recorder.record["stopped"], PROGRESS_COLUMNS, subsequent_indent="    "))
+                break
             if impl.ported and result.passed:  # on the host, off the GPU's memory (results/h200/NOTES.md, 43rd session)
                 ported[impl.name] = (tuple(part.cpu() for part in first) if isinstance(first, (tuple, list))
                                      else first.cpu())
@@ -290,12 +311,14 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                                    f"{result.status}{timing}{' - ' + result.reason if result.reason else ''}",
                                    PROGRESS_COLUMNS, subsequent_indent="    "))
             del first
+        if lost:
+            break
         recorder.record["cross"].extend(cross_comparisons(workload, case_set, name, ported))
         recorder.save()
         del pool, references, ported
         if on_gpu:
             torch.cuda.empty_cache()
-    if workload.properties is not None and check_properties:
+    if workload.properties is not None and check_properties and not lost:
         sizes = workload.property_sizes["gpu" if on_gpu else "cpu"]
         recorder.record["properties"] = []
         for impl in impls:

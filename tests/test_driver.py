@@ -103,6 +103,23 @@ def test_driver_isolates_failures_and_keeps_results(tmp_path):
     assert list(record["summary"]["smoke"]) == ["raising", "nan", "wrong_shape", "torch"]  # the run's order
 
 
+def test_driver_stops_where_the_cuda_context_is_lost_and_keeps_what_came_before(tmp_path, monkeypatch):
+    """An error that leaves the CUDA context unusable (as an illegal address does) fails every later call: the run
+    stops at it, says why, and keeps the results before it. The context's loss is planted: CI has no GPU."""
+    import compare.driver
+
+    monkeypatch.setattr(compare.driver, "context_lost",
+                        lambda device: "AcceleratorError: planted" if device else None)
+    path = tmp_path / "r.json"
+    workload = dataclasses.replace(planted_workload("raising", "nan"), cases={"smoke": SMOKE[:2]})
+    record = run(workload, ["torch", "raising", "nan"], ["smoke"], path, Settings(timed=False),
+                 progress=lambda message: None)
+    assert [(r["case"], r["impl"]) for r in record["results"]] == [(spec.case_name(SMOKE[0]), "torch"),
+                                                                   (spec.case_name(SMOKE[0]), "raising")]
+    assert "lost at smoke" in record["stopped"] and "raising (AcceleratorError: planted)" in record["stopped"]
+    assert json.loads(path.read_text())["stopped"] == record["stopped"] and "finished" in record
+
+
 def test_driver_end_to_end(tmp_path, capsys):
     path, chart = tmp_path / "trimul.json", tmp_path / "trimul.png"
     code = compare_main(["trimul", "--impl", "triton,pallas", "--impl", "torch", "--cases", "smoke",
