@@ -10,8 +10,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401
 
-# triton 3.9 renamed the TMA copies (the 3.6 names raise there); every other name the ports use is the same in both
-# (results/h200/experiments/gluon-api/README.md)
+# triton 3.9 renamed the TMA copies (the 3.6 names raise there) and the CTA barrier; every other name the ports use
+# is the same in both (results/h200/experiments/gluon-api/README.md)
+cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier  # thread_barrier: triton 3.6
 if hasattr(tma, "async_load"):
     tma_load, tma_store = tma.async_load, tma.async_store
 else:  # triton 3.6, the H200's

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from gluon_kernels import TensorDescriptor, fence_async_shared, gl, gluon, mbarrier, tma, tma_load, tma_store
-from gluon_kernels import warpgroup_mma, warpgroup_mma_wait
+from gluon_kernels import TensorDescriptor, cta_barrier, fence_async_shared, gl, gluon, mbarrier, tma, tma_load
+from gluon_kernels import tma_store, warpgroup_mma, warpgroup_mma_wait
 from ports.matmul import output_dtype, validate
 from ports.matmul_common import MatmulTiling, matmul_tiling
 
@@ -92,7 +92,12 @@ def k_loop(a_desc, b_desc, a_row, b_offset, K, acc, STAGES: gl.constexpr, B_TRAN
 
 @gluon.jit
 def store_tile(value, c_desc, row, col):
-    """value, rounded to c_desc's type, into C at (row, col): through shared memory and a TMA store."""
+    """value, rounded to c_desc's type, into C at (row, col): through shared memory and a TMA store.
+
+    Its buffer may reuse the shared memory of a K loop's ring (the allocator sees the ring's last use end), while
+    another warpgroup's last wgmma still reads that ring: every warp waits at a barrier first, or that read sees
+    this tile's values (gluon-matmul/README.md, forty-sixth session)."""
+    cta_barrier()
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     c_smem.store(value.to(c_desc.dtype))
     fence_async_shared()
