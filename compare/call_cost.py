@@ -151,6 +151,8 @@ def pieces(on_gpu: bool):
         ("jax, a scalar read back", "float() of jax.jit(v + 1) on a 0-d array: its value on the host (as the JAX "
          "TriMul ports' range check and the Pallas eigh's input checks read theirs)",
          alone(lambda: float(add_one(native_scalar)))),
+        ("jax, a scalar read back through torch", "the same, its value read by torch: torch.from_dlpack, then float()",
+         alone(lambda: float(torch.from_dlpack(add_one(native_scalar))))),
         (f"jax, {INPUT_ARRAYS} arrays, back-to-back", f"jax.jit taking {INPUT_ARRAYS} arrays (a TriMul call's)",
          back_to_back(lambda: first_plus_one(natives))),
         ("pallas-triton, back-to-back", "a Pallas kernel (Triton lowering) adding one",
