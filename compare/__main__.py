@@ -59,8 +59,8 @@ def parse_args(argv):
                              "even short of --iters: multi-second calls (eigh at n = 512 and up) stay affordable "
                              "(default 60)")
     parser.add_argument("--time", action="store_true",
-                        help="time every case set, not only the benchmark sets (bench, and matmul's shapes); on CPU this times the interpreters "
-                             "(meaningless as speed, but it exercises the timed path)")
+                        help="time every case set, not only bench (and matmul's shapes); on CPU this times the "
+                             "interpreters (meaningless as speed, but it exercises the timed path)")
     parser.add_argument("--timer", choices=("host", "kernels", "all"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
                              "(default); kernels: sum of the call's kernel times from the profiler (GPU only); all: "

@@ -36,6 +36,10 @@ def raising_trimul(data):
     raise RuntimeError("planted failure")
 
 
+def cuda_error_trimul(data):
+    raise RuntimeError("CUDA error: planted")
+
+
 def nan_trimul(data):
     return torch.full_like(data[0], float("nan"))
 
@@ -111,12 +115,12 @@ def test_driver_stops_where_the_cuda_context_is_lost_and_keeps_what_came_before(
     monkeypatch.setattr(compare.driver, "context_lost",
                         lambda device: "AcceleratorError: planted" if device else None)
     path = tmp_path / "r.json"
-    workload = dataclasses.replace(planted_workload("raising", "nan"), cases={"smoke": SMOKE[:2]})
-    record = run(workload, ["torch", "raising", "nan"], ["smoke"], path, Settings(timed=False),
-                 progress=lambda message: None)
-    assert [(r["case"], r["impl"]) for r in record["results"]] == [(spec.case_name(SMOKE[0]), "torch"),
-                                                                   (spec.case_name(SMOKE[0]), "raising")]
-    assert "lost at smoke" in record["stopped"] and "raising (AcceleratorError: planted)" in record["stopped"]
+    workload = dataclasses.replace(planted_workload("raising", "cuda_error", "nan"), cases={"smoke": SMOKE[:2]})
+    record = run(workload, ["torch", "raising", "cuda_error", "nan"], ["smoke"], path, Settings(timed=False),
+                 progress=lambda message: None)  # a Python error leaves the context be; a CUDA error asks
+    assert [r["impl"] for r in record["results"]] == ["torch", "raising", "cuda_error"]
+    assert {r["case"] for r in record["results"]} == {spec.case_name(SMOKE[0])}
+    assert "lost at smoke" in record["stopped"] and "cuda_error (AcceleratorError: planted)" in record["stopped"]
     assert json.loads(path.read_text())["stopped"] == record["stopped"] and "finished" in record
 
 
