@@ -248,6 +248,19 @@ def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
     assert len(lines) == 1 + len(TILINGS) and "equal to the first" in lines[1]
 
 
+def test_tiling_tool_takes_a_case_set_and_marks_the_chosen_tiling(capsys):
+    from compare.matmul_tilings import main
+
+    assert main(["--cases", "smoke"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum("(chosen)" in line for line in lines) == len(spec.SMOKE_CASES)
+    headers = [line for line in lines if line.startswith("M=")]
+    assert headers == [f"M={c['m']} N={c['n']} K={c['k']} torch.float16 on cpu" for c in spec.SMOKE_CASES]
+    with pytest.raises(SystemExit):
+        main(["--cases", "no-such-set"])
+    assert "no such case set" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("m, n, tiles", [
     (1, 4096, (64, 32, 128)), (64, 4096, (64, 32, 128)), (128, 4096, (64, 64, 64)), (16, 14336, (64, 64, 64)),
     (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)),
