@@ -449,6 +449,46 @@ def _baseline(record: dict) -> str:
     return "the baseline"
 
 
+SHAPES_RECORD = "results/h200/matmul-shapes.json"  # matmul at the shapes of real models (`--cases shapes`)
+WITHIN = 1.2  # issue 56's goal: a port's call from torch within this factor of cuBLAS's
+
+
+def shapes_markdown(record: dict) -> str:
+    """Matmul at model shapes: each implementation's call over the baseline's (cuBLAS through torch.matmul), per
+    case, from torch where the run measured it (`--timer all`), else by the host clock; ratios within WITHIN bold,
+    and how many cases each port has within it."""
+    results = [r for r in results_of(record) if r.case_set == "shapes"]
+    baseline = _baseline(record)
+    names = [n for n in _implementations(record) if n != baseline]
+    by_key = {(r.case, r.impl): r for r in results}
+
+    def call_ms(r):
+        return r.from_torch_ms if r.from_torch_ms is not None else r.median_ms
+
+    clock = "from torch" if all(r.from_torch_ms is not None for r in results if r.passed) else "host clock"
+    lines = [f"| case | model layer | {baseline}, ms ({clock}) | " + " | ".join(names) + " |",
+             "|---" * (len(names) + 3) + "|"]
+    within = dict.fromkeys(names, 0)
+    cases = list(dict.fromkeys(r.case for r in results))
+    for case in cases:
+        base = by_key.get((case, baseline))
+        base_ms = call_ms(base) if base is not None and base.passed else None
+        cells = []
+        for name in names:
+            r = by_key.get((case, name))
+            if r is None or not r.passed or base_ms is None:
+                cells.append("-" if r is None else r.status if not r.passed else "no baseline")
+                continue
+            ratio = call_ms(r) / base_ms
+            within[name] += ratio <= WITHIN
+            cells.append(f"**{ratio:.2f}x**" if ratio <= WITHIN else f"{ratio:.2f}x")
+        model = next((r.params.get("model", "-") for r in results if r.case == case and r.params), "-")
+        lines.append(f"| {case} | {model} | {_ms(base_ms)} | " + " | ".join(cells) + " |")
+    lines.append(f"| **within {WITHIN}x** | | | " + " | ".join(f"**{within[n]} of {len(cases)}**" for n in names)
+                 + " |")
+    return "\n".join(lines)
+
+
 def report_markdown(root: Path, charts: Path | None = None) -> str:
     """REPORT.md: per workload, its run of record's tables (time per case, pass counts, bitwise agreement between
     ports, properties) and chart; `charts` is the folder the charts are written to (None: no charts)."""
@@ -477,6 +517,12 @@ def report_markdown(root: Path, charts: Path | None = None) -> str:
                           "the rest of its call in its own framework (host path) and the bridge from torch "
                           "(`ports.custom_kernel`); each part a median, so the parts need not sum to a measured "
                           "total.", "", f"![{workload} call]({chart.name})", ""]
+    if (root / SHAPES_RECORD).exists():
+        record = json.loads((root / SHAPES_RECORD).read_text())
+        parts += ["## matmul at model shapes", "", _provenance_line(record, SHAPES_RECORD) + ".", "",
+                  f"Each implementation's call over `{_baseline(record)}`'s, the `shapes` cases (the products of "
+                  f"real models' layers at decode and prefill sizes); bold: within the goal of {WITHIN}x.", "",
+                  shapes_markdown(record), ""]
     if (root / INVARIANCE_RECORD).exists():
         record = json.loads((root / INVARIANCE_RECORD).read_text())
         parts += ["## batch-invariant modes", "", invariance_lines(record), "", ops_markdown(record), ""]

@@ -34,6 +34,28 @@ def test_report_has_each_workloads_tables_and_chart(tmp_path):
     assert "matmul call" not in report  # its run of record timed the kernels alone
 
 
+def test_report_shows_matmul_at_model_shapes_against_cublas():
+    from compare.report import SHAPES_RECORD, shapes_markdown
+    from compare.result import Result
+
+    report = report_markdown(ROOT)
+    if (ROOT / SHAPES_RECORD).exists():
+        assert "## matmul at model shapes" in report and "| **within 1.2x** |" in report
+        assert "| m1-n32-k2880-bfloat16-out_same | gpt-oss-20b router |" in report
+
+    def result(case, impl, ms, status="pass"):
+        return Result(impl, status=status, case_set="shapes", case=case, params={"model": f"layer {case}"},
+                      median_ms=ms, from_torch_ms=ms, speedup=1.0 if impl == "torch" else None).to_json()
+
+    record = {"implementations": [{"name": n} for n in ("triton", "gluon", "torch")], "results": [
+        result("a", "torch", 0.1), result("a", "triton", 0.12), result("a", "gluon", 0.121),
+        result("b", "torch", 0.2), result("b", "triton", 0.1), result("b", "gluon", 0.3, status="fail")]}
+    lines = shapes_markdown(record).splitlines()
+    assert lines[0] == "| case | model layer | torch, ms (from torch) | triton | gluon |"
+    assert lines[2:] == ["| a | layer a | 0.1 | **1.20x** | 1.21x |", "| b | layer b | 0.2 | **0.50x** | fail |",
+                         "| **within 1.2x** | | | **2 of 2** | **0 of 2** |"]
+
+
 def test_report_command_takes_no_arguments_but_help(capsys):
     assert compare_main(["report", "--extra"]) == 2
     assert "takes no arguments" in capsys.readouterr().err
