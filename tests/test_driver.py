@@ -37,7 +37,7 @@ def raising_trimul(data):
 
 
 def cuda_error_trimul(data):
-    raise RuntimeError("CUDA error: planted")
+    raise RuntimeError("CUDA error: planted")  # as a kernel's fault surfaces at the next call
 
 
 def nan_trimul(data):
@@ -115,13 +115,28 @@ def test_driver_stops_where_the_cuda_context_is_lost_and_keeps_what_came_before(
     monkeypatch.setattr(compare.driver, "context_lost",
                         lambda device: "AcceleratorError: planted" if device else None)
     path = tmp_path / "r.json"
-    workload = dataclasses.replace(planted_workload("raising", "cuda_error", "nan"), cases={"smoke": SMOKE[:2]})
-    record = run(workload, ["torch", "raising", "cuda_error", "nan"], ["smoke"], path, Settings(timed=False),
-                 progress=lambda message: None)  # a Python error leaves the context be; a CUDA error asks
-    assert [r["impl"] for r in record["results"]] == ["torch", "raising", "cuda_error"]
+    workload = dataclasses.replace(planted_workload("cuda_error", "nan"), cases={"smoke": SMOKE[:2]})
+    record = run(workload, ["torch", "cuda_error", "nan"], ["smoke"], path, Settings(timed=False),
+                 progress=lambda message: None)
+    assert [r["impl"] for r in record["results"]] == ["torch", "cuda_error"]
     assert {r["case"] for r in record["results"]} == {spec.case_name(SMOKE[0])}
     assert "lost at smoke" in record["stopped"] and "cuda_error (AcceleratorError: planted)" in record["stopped"]
     assert json.loads(path.read_text())["stopped"] == record["stopped"] and "finished" in record
+
+
+def test_a_lost_cuda_context_is_what_a_synchronisation_raises(monkeypatch):
+    """`context_lost` itself, its synchronisation planted (CI has no GPU): a raise is the loss, named; a return is
+    none; a CPU run is never asked. Its first version named torch without importing it, which only a GPU reached."""
+    from compare.driver import context_lost
+
+    def lost():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore lines")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lost)
+    assert context_lost("cuda") == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert context_lost("cpu") is None
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert context_lost("cuda") is None
 
 
 def test_driver_end_to_end(tmp_path, capsys):
