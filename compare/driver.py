@@ -297,7 +297,8 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
             recorder.record["summary"] = summarise(results, workload.baseline)
             recorder.record["results"] = [entry.to_json() for entry in results]
             recorder.save()
-            lost = result.status == "error" and context_lost(device)  # a fault may surface in any later call, as any error
+            # a kernel's fault may surface in any later call, as any error
+            lost = result.status == "error" and context_lost(device)
             if lost:
                 recorder.record["stopped"] = (f"the CUDA context was lost at {case_set} {name} {impl.name} ({lost}); "
                                               "every later call would fail with it: the run stops, the results "

@@ -1,11 +1,13 @@
 """House rules, checked on the source: no import circle among the project's modules, no source file over 600 lines,
-and no timing quoted in the comments and docstrings of the kernels, the ports and the driver (measurements live in
-results/, with the command that made them)."""
+no name used undefined, and no timing quoted in the comments and docstrings of the kernels, the ports and the
+driver (measurements live in results/, with the command that made them)."""
 import ast
 import io
 import pathlib
 import re
 import tokenize
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("ports", "triton_kernels", "pallas_kernels", "gluon_kernels", "mosaic_gpu_kernels", "compare")
@@ -76,6 +78,22 @@ def test_no_line_over_120_columns():
     assert not long, long
 
 
+def undefined_names(path: pathlib.Path) -> list[str]:
+    """pyflakes' undefined names in a module: a name that a GPU-only path uses unimported fails only on a GPU (the
+    driver's `context_lost` did, results/h200/NOTES.md, forty-sixth session); this finds it on any machine."""
+    checker = pytest.importorskip("pyflakes.checker")
+    from pyflakes import messages
+
+    found = checker.Checker(ast.parse(path.read_text()), str(path)).messages
+    undefined = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
+    return [f"{path.name}:{m.lineno}: {m.message % m.message_args}" for m in found if isinstance(m, undefined)]
+
+
+def test_no_name_is_used_undefined():
+    files = SOURCES + sorted((ROOT / "tests").glob("*.py"))
+    assert not [line for path in files for line in undefined_names(path)]
+
+
 def comments_and_docstrings(path: pathlib.Path):
     """(line, text) of every comment and docstring of a module."""
     source = path.read_text()
@@ -101,6 +119,8 @@ def test_the_house_rules_catch_what_they_are_for(tmp_path):
     planted.write_text('"""Runs in 1.5 ms."""\nX = 1  # 0.25 ms on the GPU\n')
     assert [text for _, text in comments_and_docstrings(planted) if TIMING.search(text)] == [
         "# 0.25 ms on the GPU", "Runs in 1.5 ms."]
+    planted.write_text("def synchronise():\n    import os\n\n    return torch.cuda.synchronize(os)\n")
+    assert undefined_names(planted) == ["planted.py:4: undefined name 'torch'"]
     (tmp_path / "a.py").write_text("import b\n")
     (tmp_path / "b.py").write_text("from a import x\n")
     global ROOT
