@@ -1,6 +1,6 @@
 """python -m compare WORKLOAD: check every implementation against the float64 reference and time it.
 
-With a GPU: the `test` cases for correctness, then the `bench` cases timed (and matmul's `shapes`, when asked for).
+With a GPU: the `test` cases for correctness, then the workload's benchmark sets timed (`bench`; matmul's `shapes` too).
 Without one: the `smoke` cases through the Triton interpreter and Pallas interpret mode.
 Workloads with properties (matmul: batch invariance, determinism) check them for every
 implementation; the exit code is 1 when a check fails or a ported kernel misses a property
@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 
 from compare.result import results_of
-
-BENCHMARK_SETS = ("bench", "shapes")  # the case sets timed on a GPU without --time
 
 
 def workloads_help() -> str:
@@ -59,7 +57,7 @@ def parse_args(argv):
                              "even short of --iters: multi-second calls (eigh at n = 512 and up) stay affordable "
                              "(default 60)")
     parser.add_argument("--time", action="store_true",
-                        help="time every case set, not only bench (and matmul's shapes); on CPU this times the "
+                        help="time every case set, not only the workload's benchmark sets; on CPU this times the "
                              "interpreters (meaningless as speed, but it exercises the timed path)")
     parser.add_argument("--timer", choices=("host", "kernels", "all"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
@@ -201,7 +199,7 @@ def main(argv=None) -> int:
               "any times shown are interpreter times, not GPU timings", file=sys.stderr)
     settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
                         max_seconds=args.max_seconds, timed=on_gpu or args.time, timer=args.timer,
-                        timed_sets=BENCHMARK_SETS if on_gpu and not args.time else None)
+                        timed_sets=workload.benchmark_sets if on_gpu and not args.time else None)
     record = run(workload, impls, case_sets, args.json, settings, check_properties=not args.no_properties)
     print_table(record, detail=args.detail)
     if args.plot:

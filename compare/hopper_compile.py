@@ -44,6 +44,7 @@ class CompiledKernel:
     registers: int | None = None
     spilled_bytes: int | None = None
     error: str | None = None
+    ptx: str | None = None  # the compiled PTX, for reading where the compiler put its barriers and copies
 
 
 def lower_for_hopper(jitted, *args, **kwargs):
@@ -176,7 +177,8 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
                                     target=GPUTarget("cuda", 90, 32), options=options)
             entry.seconds = time.perf_counter() - start
             entry.shared_bytes = binary.metadata.shared
-            entry.registers, entry.spilled_bytes = _ptxas_usage(binary.asm["ptx"])
+            entry.ptx = binary.asm["ptx"]
+            entry.registers, entry.spilled_bytes = _ptxas_usage(entry.ptx)
         except Exception as error:  # reported per kernel, so one failure does not hide the others
             entry.seconds = time.perf_counter() - start
             last_line = (str(error).strip().splitlines() or [""])[-1]

@@ -461,6 +461,7 @@ def shapes_markdown(record: dict) -> str:
     baseline = _baseline(record)
     names = [n for n in _implementations(record) if n != baseline]
     by_key = {(r.case, r.impl): r for r in results}
+    models = {r.case: (r.params or {}).get("model", "-") for r in results}
 
     def call_ms(r):
         return r.from_torch_ms if r.from_torch_ms is not None else r.median_ms
@@ -482,8 +483,7 @@ def shapes_markdown(record: dict) -> str:
             ratio = call_ms(r) / base_ms
             within[name] += ratio <= WITHIN
             cells.append(f"**{ratio:.2f}x**" if ratio <= WITHIN else f"{ratio:.2f}x")
-        model = next((r.params.get("model", "-") for r in results if r.case == case and r.params), "-")
-        lines.append(f"| {case} | {model} | {_ms(base_ms)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {case} | {models[case]} | {_ms(base_ms)} | " + " | ".join(cells) + " |")
     lines.append(f"| **within {WITHIN}x** | | | " + " | ".join(f"**{within[n]} of {len(cases)}**" for n in names)
                  + " |")
     return "\n".join(lines)

@@ -197,6 +197,7 @@ class Workload:
     # bounded_check(inputs, output) -> Check or None: `check`'s verdict where the output's own figures settle it
     # without the reference (eigh: its float64 eigendecomposition), else None; for hunts, whose inputs are all new
     bounded_check: Callable[[Any, Any], Any] | None = None
+    benchmark_sets: tuple[str, ...] = ("bench",)  # the case sets timed on a GPU unless every set is asked for
 
     def implementation(self, name: str) -> Implementation:
         for impl in self.implementations:

@@ -299,4 +299,5 @@ WORKLOAD = Workload(
     vary=vary,
     properties=properties,
     property_sizes=PROPERTY_SIZES,
+    benchmark_sets=("bench", "shapes"),
 )
