@@ -62,15 +62,15 @@ def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m
                    mask=jnp.broadcast_to(cols[None, :] < n, (tile_m, tile_n)))
 
 
-@functools.partial(jax.jit, static_argnames=("out", "interpret", "a_transposed", "b_transposed"))
-def _matmul(a, b, *, out, interpret, a_transposed=False, b_transposed=False):
+@functools.partial(jax.jit, static_argnames=("tiles", "out", "interpret", "a_transposed", "b_transposed"))
+def _matmul(a, b, *, tiles, out, interpret, a_transposed=False, b_transposed=False):
     """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] (a_transposed: a holds A^T, [B, K, M]; b_transposed: b holds
-    B^T, [B, N, K]), with M a multiple of tile_m (`_product` pads it)."""
+    B^T, [B, N, K]), with M a multiple of tiles.tile_m (`_product` pads it and chooses the tiles for the M it
+    had)."""
     one = a.ndim == 2
     a, b = (a[None], b[None]) if one else (a, b)
     batch, (padded_m, k) = a.shape[0], (a.shape[:0:-1] if a_transposed else a.shape[1:])
     n = b.shape[1 if b_transposed else 2]
-    tiles = matmul_tiling(padded_m, n)
     c = pl.pallas_call(
         functools.partial(_matmul_kernel, n=n, k=k, tile_m=tiles.tile_m, tile_n=tiles.tile_n, tile_k=tiles.tile_k,
                           group_m=tiles.group_m, a_transposed=a_transposed, b_transposed=b_transposed),
@@ -101,13 +101,13 @@ def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: 
 def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
     """One product or a batch of them (a leading dimension), M padded to a whole tile."""
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
-    tile_m = matmul_tiling(m, n).tile_m
-    padded_m = pl.cdiv(m, tile_m) * tile_m
-    interpret = jax.default_backend() != "gpu"
-    transposed = dict(a_transposed=a_transposed, b_transposed=b_transposed)
+    tiles = matmul_tiling(m, n)
+    padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
+    static = dict(tiles=tiles, out=out, interpret=jax.default_backend() != "gpu", a_transposed=a_transposed,
+                  b_transposed=b_transposed)
     if padded_m == m:
-        return _matmul(a, b, out=out, interpret=interpret, **transposed)
+        return _matmul(a, b, **static)
     # the kernel compiles once per padded size, not once per M (see pallas_kernels)
     padded = (k, padded_m) if a_transposed else (padded_m, k)
-    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], *padded)), b, out=out, interpret=interpret, **transposed)
+    c = _matmul(zero_padded(a, shape=(*a.shape[:-2], *padded)), b, **static)
     return cut_to(c, shape=(*a.shape[:-2], m, n))

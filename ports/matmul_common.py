@@ -22,19 +22,29 @@ class MatmulTiling:
 
 SMALL_M = 128
 PROGRAMS_WANTED = 128  # about one program per SM (132 on the H200)
+SMS = 132  # the H100's and H200's streaming multiprocessors: one wave of programs
 SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (results/h200/NOTES.md)
     128: (64, 4), 64: (64, 6), 32: (128, 4)}
+# 128-row tilings and the time of one wave of each, relative to 128 x 256's, as measured where the waves are full
+# (`python -m compare.matmul_tilings --cases shapes`; results/h200/experiments/matmul-tilings).
+LARGE_TILES = ((MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3), 1.0),
+               (MatmulTiling(tile_m=128, tile_n=128, warps=8, stages=3), 0.66))
 
 
 def matmul_tiling(m: int, n: int) -> MatmulTiling:
-    """Small batches: 64-row tiles, with the widest column tile that still gives about a program
-    per SM (without split-K, the programs streaming B are what bounds small-M latency).
-    Large batches: 128 x 256 tiles, or 128 x 128 where that is too few programs (M = 512 at N = 4096)."""
-    if m <= SMALL_M:
-        row_tiles = -(-m // 64)
-        tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
-        tile_k, stages = SMALL_TILES[tile_n]
-        return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)
-    if -(-m // 128) * -(-n // 256) < PROGRAMS_WANTED:
-        return MatmulTiling(tile_m=128, tile_n=128, warps=8, stages=3)
-    return MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3)
+    """Large batches: of 128 x 256 and 128 x 128 tiles, the one whose waves of programs take the least time, a wave's
+    time measured for each (the last wave counts whole: M = 1025 at N = 4096 is 144 tiles of 128 x 256, two waves,
+    against three quicker waves of 128 x 128; M = 513 is 80 tiles, one wave, against two).
+    Small batches, and large ones whose 128 x 128 tiles would fill under half a wave (narrow N): 64-row tiles, with
+    the widest column tile that still gives about a program per SM (without split-K, the programs streaming B are
+    what bounds their latency)."""
+    if m > SMALL_M and -(-m // 128) * -(-n // 128) >= SMS // 2:
+        def waves_time(tiling_and_wave):
+            tiles, wave = tiling_and_wave
+            return -(-(-(-m // tiles.tile_m) * -(-n // tiles.tile_n)) // SMS) * wave
+
+        return min(LARGE_TILES, key=waves_time)[0]
+    row_tiles = -(-m // 64)
+    tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
+    tile_k, stages = SMALL_TILES[tile_n]
+    return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)

@@ -265,8 +265,11 @@ def test_tiling_tool_takes_a_case_set_and_marks_the_chosen_tiling(capsys):
 @pytest.mark.parametrize("m, n, tiles", [
     (1, 4096, (64, 32, 128)), (64, 4096, (64, 32, 128)), (128, 4096, (64, 64, 64)), (16, 14336, (64, 64, 64)),
     (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)),
-    (512, 14336, (128, 256, 64))])
-def test_tiling_gives_about_a_program_per_sm(m, n, tiles):
+    (512, 14336, (128, 256, 64)),
+    # one wave of 128 x 256 against two of 128 x 128; two against three quicker ones; 128 x 128 under half a wave
+    (513, 4096, (128, 256, 64)), (1025, 4096, (128, 128, 64)), (4096, 32, (64, 32, 128)), (256, 1000, (64, 32, 128)),
+    (129, 3584, (64, 64, 64))])
+def test_tiling_takes_the_fewest_waves_or_a_program_per_sm(m, n, tiles):
     chosen = matmul_common.matmul_tiling(m, n)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles
 
@@ -277,12 +280,12 @@ def test_pallas_port_lowers_for_cuda(m):
     # Interpret mode never lowers to Triton IR; lowering for CUDA needs no GPU and catches what the GPU would reject.
     jax = pytest.importorskip("jax")
     from pallas_kernels.matmul import _matmul
-    tile_m = matmul_common.matmul_tiling(m, 4096).tile_m
-    a = jax.numpy.zeros((2, -(-m // tile_m) * tile_m, 4096), jax.numpy.bfloat16)  # M padded to a whole tile
+    tiles = matmul_common.matmul_tiling(m, 4096)
+    a = jax.numpy.zeros((2, -(-m // tiles.tile_m) * tiles.tile_m, 4096), jax.numpy.bfloat16)  # M padded to a tile
     b = jax.numpy.zeros((2, 4096, 4096), jax.numpy.bfloat16)
     for transposed in (False, True):  # A and B, and A^T and B^T as the JAX transformation's gradients give them
         a_in = a.transpose(0, 2, 1) if transposed else a
-        lowered = lower_for_hopper(_matmul, a_in, b, out="same", interpret=False, a_transposed=transposed,
+        lowered = lower_for_hopper(_matmul, a_in, b, tiles=tiles, out="same", interpret=False, a_transposed=transposed,
                                    b_transposed=transposed)
         assert "triton" in lowered.as_text()
 
@@ -377,3 +380,40 @@ def test_shapes_cases_are_real_models_products_of_every_class():
     assert any(case["n"] % 128 for case in cases) and any(case["k"] % 128 for case in cases)
     assert any(case["n"] <= 1000 for case in cases) and max(case["k"] for case in cases) == 16384
     assert len({spec.case_name(case) for case in cases}) == len(cases)
+
+
+def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons_dispatch():
+    from triton_kernels import CachedLaunch
+
+    launches = []
+
+    class Compiled:  # what Triton's launch returns: a compiled kernel, launched by grid
+        packed_metadata = None
+
+        def __getitem__(self, grid):
+            return lambda *args: launches.append(("compiled", grid, args))
+
+    class Kernel:  # a @triton.jit kernel: dispatches (and compiles) on every launch
+        def __getitem__(self, grid):
+            def dispatch(*args, **options):
+                launches.append(("triton", grid, args))
+                return Compiled()
+            return dispatch
+
+    launch = CachedLaunch(Kernel())
+    x = torch.zeros(64)
+    launch((2,), x, 7, 128, num_warps=4)
+    launch((2,), torch.ones(64), 7, 128, num_warps=4)  # another tensor, the same metadata
+    assert [how for how, *_ in launches] == ["triton", "compiled"]
+    assert torch.equal(launches[1][2][0], torch.ones(64))  # this call's tensor, not the first one's
+    for grid, args, options in [((3,), (x, 7, 128), 4), ((2,), (x[1:], 7, 128), 4), ((2,), (x.half(), 7, 128), 4),
+                                ((2,), (x, 8, 128), 4), ((2,), (x, 7, 64), 4), ((2,), (x, 7, 128), 8)]:
+        launch(grid, *args, num_warps=options)  # grid, alignment, dtype, an integer, a constexpr, an option
+        assert launches[-1][0] == "triton"
+    class Interpreted:  # the Triton interpreter's kernel: runs and returns nothing
+        def __getitem__(self, grid):
+            return lambda *args, **options: None
+
+    interpreted = CachedLaunch(Interpreted())
+    interpreted((1,), x, 1, 1)
+    assert interpreted.compiled == {}
