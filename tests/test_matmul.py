@@ -391,7 +391,7 @@ def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons
         packed_metadata = None
 
         def __getitem__(self, grid):
-            return lambda *args: launches.append(("compiled", grid, args))
+            return lambda *args: launches.append(("compiled", (grid[0], grid[1], grid[2]), args))
 
     class Kernel:  # a @triton.jit kernel: dispatches (and compiles) on every launch
         def __getitem__(self, grid):
@@ -404,7 +404,7 @@ def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons
     x = torch.zeros(64)
     launch((2,), x, 7, 128, num_warps=4)
     launch((2,), torch.ones(64), 7, 128, num_warps=4)  # another tensor, the same metadata
-    assert [how for how, *_ in launches] == ["triton", "compiled"]
+    assert [how for how, *_ in launches] == ["triton", "compiled"] and launches[1][1] == (2, 1, 1)
     assert torch.equal(launches[1][2][0], torch.ones(64))  # this call's tensor, not the first one's
     for grid, args, options in [((3,), (x, 7, 128), 4), ((2,), (x[1:], 7, 128), 4), ((2,), (x.half(), 7, 128), 4),
                                 ((2,), (x, 8, 128), 4), ((2,), (x, 7, 64), 4), ((2,), (x, 7, 128), 8)]:
