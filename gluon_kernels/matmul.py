@@ -32,6 +32,7 @@ from gluon_kernels import TensorDescriptor, cta_barrier, fence_async_shared, gl,
 from gluon_kernels import tma_store, warpgroup_mma, warpgroup_mma_wait
 from ports.matmul import output_dtype, validate
 from ports.matmul_common import MatmulTiling, matmul_tiling
+from ports.triton_launch import launch
 
 TMA_ALIGNMENT = 16  # bytes: a descriptor's base address and row pitch
 SHARED_MEMORY = 227 * 1024  # what one program may use on sm_90
@@ -152,6 +153,7 @@ def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
     return tensor if tensor.data_ptr() % TMA_ALIGNMENT == 0 else tensor.clone()
 
 
+@functools.lru_cache(maxsize=4096)
 def gluon_tiling(m: int, n: int) -> MatmulTiling:
     """The Triton port's tiles (`ports.matmul_common.matmul_tiling`), with more stages (results/h200/experiments/
     gluon-matmul): 64-row tiles as many as shared memory holds, up to 12 (without split-K, the bytes in flight per
@@ -181,7 +183,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
     a_rows = min(tiles.tile_m, max(8, triton.next_power_of_2(m)))  # A's rows that exist, to a power of two
-    _matmul_kernel[grid](descriptor(a, [a_rows, tiles.tile_k]), b_desc, descriptor(c, [tiles.tile_m, tiles.tile_n]),
-                         padded_k, GROUP_M=tiles.group_m, STAGES=tiles.stages, B_TRANSPOSED=transposed,
-                         num_warps=tiles.warps)
+    launch(_matmul_kernel, grid, descriptor(a, [a_rows, tiles.tile_k]), b_desc,
+           descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m, STAGES=tiles.stages,
+           B_TRANSPOSED=transposed, num_warps=tiles.warps)
     return c if padded_n == n else c[:, :n]

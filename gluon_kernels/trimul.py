@@ -33,6 +33,7 @@ from gluon_kernels.matmul import descriptor, k_loop, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
                                  refuse_non_finite, scratch)
+from ports.triton_launch import launch
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
@@ -266,15 +267,15 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
 
     tiles = gluon_trimul_tiling(seq, dim, channels)
     gated_desc = descriptor(gated, [channels, tiles.rows])
-    _norm_project_kernel[(pairs // tiles.rows,)](
+    launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
         mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tiles.tile_dim]), gated_desc, batch,
         seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=tiles.project_stages, num_warps=tiles.project_warps)
-    _triangle_kernel[((seq // tiles.tile_i) ** 2, batch * channels)](
+    launch(_triangle_kernel, ((seq // tiles.tile_i) ** 2, batch * channels),
         descriptor(gated.view(3 * batch * channels * seq, seq), [tiles.tile_i, 64]),
         descriptor(product, [tiles.tile_i, tiles.tile_i]), batch * channels, SEQ=seq, STAGES=tiles.contract_stages,
         num_warps=tiles.contract_warps)
-    _out_norm_project_kernel[(pairs // tiles.rows,)](
+    launch(_out_norm_project_kernel, (pairs // tiles.rows,),
         descriptor(product.view(batch * channels, seq * seq), [channels, tiles.rows]), gated_desc,
         by_channel(weights["to_out_norm.weight"]).contiguous(), by_channel(weights["to_out_norm.bias"]).contiguous(),
         descriptor(out_weight_t, [channels, tiles.tile_out]), descriptor(out, [tiles.rows, tiles.tile_out]),

@@ -2,6 +2,7 @@
 ports, so that they give the same bits)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -31,6 +32,7 @@ LARGE_TILES = ((MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3), 1.0),
                (MatmulTiling(tile_m=128, tile_n=128, warps=8, stages=3), 0.66))
 
 
+@functools.lru_cache(maxsize=4096)  # a call's share of its host path otherwise
 def matmul_tiling(m: int, n: int) -> MatmulTiling:
     """Large batches: of 128 x 256 and 128 x 128 tiles, the one whose waves of programs take the least time, a wave's
     time measured for each (the last wave counts whole: M = 1025 at N = 4096 is 144 tiles of 128 x 256, two waves,

@@ -383,36 +383,43 @@ def test_shapes_cases_are_real_models_products_of_every_class():
 
 
 def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons_dispatch():
-    from triton_kernels import CachedLaunch
+    from types import SimpleNamespace
+
+    from ports.triton_launch import CachedLaunch
 
     launches = []
 
-    class Compiled:  # what Triton's launch returns: a compiled kernel, launched by grid
+    class Compiled:  # what Triton's launch returns: a compiled kernel, launched by grid, every parameter in order
         packed_metadata = None
 
         def __getitem__(self, grid):
             return lambda *args: launches.append(("compiled", (grid[0], grid[1], grid[2]), args))
 
-    class Kernel:  # a @triton.jit kernel: dispatches (and compiles) on every launch
+    class Kernel:  # a @triton.jit kernel (x, n, BLOCK, FLAG=True): dispatches (and compiles) on every launch
+        arg_names = ["x", "n", "BLOCK", "FLAG"]
+        params = [SimpleNamespace(name=name, has_default=name == "FLAG", default=True) for name in arg_names]
+
         def __getitem__(self, grid):
-            def dispatch(*args, **options):
+            def dispatch(*args, **kwargs):
                 launches.append(("triton", grid, args))
                 return Compiled()
             return dispatch
 
     launch = CachedLaunch(Kernel())
     x = torch.zeros(64)
-    launch((2,), x, 7, 128, num_warps=4)
-    launch((2,), torch.ones(64), 7, 128, num_warps=4)  # another tensor, the same metadata
+    launch((2,), x, 7, BLOCK=128, num_warps=4)
+    launch((2,), torch.ones(64), 7, BLOCK=128, num_warps=4)  # another tensor, the same metadata
     assert [how for how, *_ in launches] == ["triton", "compiled"] and launches[1][1] == (2, 1, 1)
-    assert torch.equal(launches[1][2][0], torch.ones(64))  # this call's tensor, not the first one's
-    for grid, args, options in [((3,), (x, 7, 128), 4), ((2,), (x[1:], 7, 128), 4), ((2,), (x.half(), 7, 128), 4),
-                                ((2,), (x, 8, 128), 4), ((2,), (x, 7, 64), 4), ((2,), (x, 7, 128), 8)]:
-        launch(grid, *args, num_warps=options)  # grid, alignment, dtype, an integer, a constexpr, an option
-        assert launches[-1][0] == "triton"
-    class Interpreted:  # the Triton interpreter's kernel: runs and returns nothing
+    assert torch.equal(launches[1][2][0], torch.ones(64)) and launches[1][2][1:] == (7, 128, True)
+    for grid, args, kwargs in [((3,), (x, 7), {}), ((2,), (x[1:], 7), {}), ((2,), (x.half(), 7), {}),
+                               ((2,), (x, 8), {}), ((2,), (x, 7), dict(BLOCK=64)), ((2,), (x, 7), dict(num_warps=8)),
+                               ((2,), (x, 7), dict(FLAG=False))]:
+        launch(grid, *args, **{"BLOCK": 128, "num_warps": 4, **kwargs})  # grid, alignment, dtype, an integer, a
+        assert launches[-1][0] == "triton"  # constexpr, an option, a default: each a new key
+
+    class Interpreted(Kernel):  # the Triton interpreter's kernel: runs and returns nothing
         def __getitem__(self, grid):
-            return lambda *args, **options: None
+            return lambda *args, **kwargs: None
 
     interpreted = CachedLaunch(Interpreted())
     interpreted((1,), x, 1, 1)

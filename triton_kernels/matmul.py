@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ports.matmul import output_dtype, validate, validate_batch
 from ports.matmul_common import MatmulTiling, matmul_tiling
-from triton_kernels import CachedLaunch
+from ports.triton_launch import launch
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -55,9 +55,6 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-_launch_matmul = CachedLaunch(_matmul_kernel)
-
-
 def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     """C = a @ b for `(a, b, out)`: a [M, K], b [K, N] bf16 (or fp16); out "same" or "float32".
 
@@ -85,7 +82,7 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n), batch)
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M
     batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
-    _launch_matmul(grid, a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,
+    launch(_matmul_kernel, grid, a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,
                    tiles.tile_m, tiles.tile_n, tiles.tile_k, tiles.group_m, num_warps=tiles.warps,
                    num_stages=tiles.stages)
     return c

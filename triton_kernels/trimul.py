@@ -29,6 +29,7 @@ import triton.language as tl
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
                                  scratch)
+from ports.triton_launch import launch
 
 
 @triton.jit
@@ -178,17 +179,17 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     product = allocate((batch * hidden, seq * seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
 
-    _layer_norm_kernel[(pairs // tiles.norm_rows,)](
+    launch(_layer_norm_kernel, (pairs // tiles.norm_rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
         LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
         num_stages=tiles.stages)
-    _gated_project_kernel[(3 * pairs // tiles.rows,)](
+    launch(_gated_project_kernel, (3 * pairs // tiles.rows,),
         normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
-    _triangle_kernel[((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden)](
+    launch(_triangle_kernel, ((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
         gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
-    _out_norm_project_kernel[(pairs // tiles.output_rows,)](
+    launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
         product, gated, weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
         out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
         TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
