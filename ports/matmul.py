@@ -163,9 +163,9 @@ def cost(case: dict) -> tuple[float, float]:
 
 # Sizes for the property sweeps: on a GPU, K = N = 4096 with M across all five tile configurations that
 # matmul_tiling picks there (64 x 32 up to M = 64, 64 x 64 up to 192, 64 x 128 up to 256, 128 x 128 up to 512 and
-# from 1025 to 1536, 128 x 256 between and above). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot for Pallas)
-# sum in orders that depend on the tile's shape, unlike the GPU's tensor-core instructions, so
-# the CPU sweep stays inside one configuration (M <= 64 at N = 48: 64 x 32).
+# from 1025 to 1536, 128 x 256 between and above). On CPU the interpreters' dots (numpy for Triton, XLA's CPU dot
+# for Pallas) sum in orders that depend on the tile's shape, unlike the GPU's tensor-core instructions, so the CPU
+# sweep stays inside one configuration (M <= 64 at N = 48: 64 x 32).
 PROPERTY_SIZES = {
     "gpu": dict(k=4096, n=4096, dtype="bfloat16", every_m=64,
                 sampled_m=(65, 96, 127, 128, 129, 255, 256, 257, 511, 777, 1000, 1024, 2047, 3001, 4096, 5555, 8192),

@@ -83,6 +83,5 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M
     batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
     launch(_matmul_kernel, grid, a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,
-                   tiles.tile_m, tiles.tile_n, tiles.tile_k, tiles.group_m, num_warps=tiles.warps,
-                   num_stages=tiles.stages)
+           tiles.tile_m, tiles.tile_n, tiles.tile_k, tiles.group_m, num_warps=tiles.warps, num_stages=tiles.stages)
     return c
