@@ -189,26 +189,6 @@ def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
             assert spec.check((a, b, out), contiguous, spec.reference((a, b, out))).passed
 
 
-@pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
-def test_a_misaligned_operand_after_an_aligned_one_of_its_shape_keeps_the_bits(port):
-    # The torch ports keep each compiled kernel by its launch's metadata (ports.triton_launch), which Triton
-    # specialises on a pointer's 16-byte alignment: a view one element into a buffer, after the same shapes from
-    # aligned memory, must be launched as the kernel compiled for it, with the aligned call's bits
-    matmul = port_function(port)
-    gen = torch.Generator(device=DEVICE).manual_seed(6)
-    dtype = torch.bfloat16 if ON_GPU else torch.float16
-    m, k, n = 70, 136, 40
-    a = torch.randn((m, k), device=DEVICE, generator=gen).to(dtype)
-    b = torch.randn((k, n), device=DEVICE, generator=gen).to(dtype)
-    aligned = matmul((a, b, "same"))
-    buffers = [torch.empty(x.numel() + 1, device=DEVICE, dtype=dtype) for x in (a, b)]
-    a_off, b_off = (buffer[1:].view(x.shape).copy_(x) for buffer, x in zip(buffers, (a, b)))
-    assert a_off.data_ptr() % 16 and b_off.data_ptr() % 16
-    for operands in ((a_off, b), (a, b_off), (a_off, b_off), (a, b)):
-        assert first_difference(matmul((*operands, "same")), aligned) is None
-    assert spec.check((a, b, "same"), aligned, spec.reference((a, b, "same"))).passed
-
-
 def test_gluon_gives_a_tma_descriptor_a_row_major_pitch():
     # torch counts a tensor of one row as contiguous whatever its row stride, and a TMA descriptor takes that stride
     # as its row pitch: the Gluon port failed on the H200 on x.t() of a [K, 1] column (strides (1, 1))
