@@ -147,12 +147,27 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
             result.from_torch_ms = statistics.median(series["from torch"]) * 1e3
             result.overhead_ms = result.median_ms - result.kernel_ms
             result.bridge_ms = result.from_torch_ms - result.median_ms
+            if impl.framework != "torch":
+                result.bridge_arrays = tensor_count(pool[0]) + tensor_count(first)
         if failures:
             result.status, result.reason = "fail", f"{len(failures)} of {checked} outputs wrong; first: {failures[0]}"
         return result, first
     except Exception as error:  # noqa: BLE001 - one implementation's failure must not stop the run
         result.status, result.reason, result.traceback = "error", error_text(error), traceback_text()
         return result, None
+
+
+def tensor_count(value) -> int:
+    """The torch tensors in inputs or outputs (tensors, and dicts, tuples and lists of them): what a call from torch
+    hands to another framework, or takes back, one DLPack conversion each (small inputs share one:
+    `ports.to_framework`)."""
+    import torch
+
+    if isinstance(value, dict):
+        return sum(tensor_count(item) for item in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(tensor_count(item) for item in value)
+    return int(isinstance(value, torch.Tensor))
 
 
 def compare_outputs(a, b) -> dict:

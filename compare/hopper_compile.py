@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from compare.one_case import one_case, one_case_arguments
+from ports.triton_launch import TRITON_ALIGNMENT, through_tritons_dispatch
 from ports.trimul_common import Float16RangeError
 
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
@@ -125,9 +126,9 @@ def _launch_specialisation(kernel, bound: dict, constexprs: dict) -> tuple[dict,
             continue
         if isinstance(value, int) and value == 1:
             constants[name] = 1
-        elif name not in unaligned and (value.data_ptr() % 16 == 0 if isinstance(value, torch.Tensor)
-                                        else isinstance(value, int) and value % 16 == 0):
-            marked[(index,)] = [["tt.divisibility", 16]]
+        elif name not in unaligned and (value.data_ptr() % TRITON_ALIGNMENT == 0 if isinstance(value, torch.Tensor)
+                                        else isinstance(value, int) and value % TRITON_ALIGNMENT == 0):
+            marked[(index,)] = [["tt.divisibility", TRITON_ALIGNMENT]]
     return constants, marked
 
 
@@ -189,7 +190,8 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
     original = JITFunction.run
     JITFunction.run = compile_instead
     try:
-        function(inputs)
+        with through_tritons_dispatch():  # a kernel this process launched before would skip the interception
+            function(inputs)
     except Float16RangeError:
         pass  # a TriMul port's range check read its output, which no kernel wrote here (eigh's bounds start zeroed)
     finally:

@@ -63,7 +63,7 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
     costs = any(r.kernel_ms is not None for r in results)  # timed with --timer all
     if detail:
         columns = ("set", "case", "impl", "verdict", "error figures", "median ms", "IQR ms", "runs",
-                   *(("kernel ms", "overhead ms", "from torch ms") if costs else ()), "TFLOP/s",
+                   *(("kernel ms", "overhead ms", "from torch ms", "bridge us an array") if costs else ()), "TFLOP/s",
                    "TB/s", "% roofline", "speed-up", "first call s", "|vs ref port|", "bitwise")
     elif costs:
         columns = ("case", "impl", "verdict", "ms", "kernel ms", "overhead", "from torch", "bits")
@@ -95,7 +95,8 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
                  "bitwise": bitwise,
                  "kernel ms": _number(r.kernel_ms if passed else None),
                  "overhead ms": _number(r.overhead_ms if passed else None),
-                 "from torch ms": _number(r.from_torch_ms if passed else None)}
+                 "from torch ms": _number(r.from_torch_ms if passed else None),
+                 "bridge us an array": _number(_bridge_per_array_us([r]), 1)}
         tables[table_key].add_row(*(cells[COMPACT_HEADERS.get(column, column)] for column in columns))
     for table in tables.values():
         console.print(table)
@@ -129,15 +130,28 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
                           "of this run: the exit code counts the ports' properties only.")
     summary = Table(title="geometric means per case set (over cases that all passed and were timed)",
                     box=None if not detail else box.HEAVY_HEAD, pad_edge=False)
-    for column in ("set", "impl", "passed", "geomean ms", *(("kernel ms", "from torch ms") if costs else ()),
-                   "geomean first call s"):
+    for column in ("set", "impl", "passed", "geomean ms",
+                   *(("kernel ms", "from torch ms", "bridge us/array") if costs else ()), "geomean first call s"):
         summary.add_column(column)
     for case_set, impls in record.get("summary", {}).items():
         for impl, entry in impls.items():
+            bridged = [r for r in results if r.case_set == case_set and r.impl == impl]
             summary.add_row(case_set, impl, passed_text(entry), _number(entry.get("geomean_ms")),
-                            *((_number(entry.get("geomean_kernel_ms")), _number(entry.get("geomean_from_torch_ms")))
-                              if costs else ()), _number(entry.get("geomean_first_call_s"), 2))
+                            *((_number(entry.get("geomean_kernel_ms")), _number(entry.get("geomean_from_torch_ms")),
+                               _number(_bridge_per_array_us(bridged), 1)) if costs else ()),
+                            _number(entry.get("geomean_first_call_s"), 2))
     console.print(summary)
+    if costs:
+        console.print("bridge us/array: the median over the cases of (from torch - ms), in us, over the torch tensors "
+                      "a call hands over and takes back (another framework's ports only).")
+
+
+def _bridge_per_array_us(results) -> float | None:
+    """The median over passing `results` of their bridge in us over the tensors each call takes across; None where
+    none crossed (a torch port, or no --timer all)."""
+    per_array = [1e3 * r.bridge_ms / r.bridge_arrays for r in results
+                 if r.passed and r.bridge_arrays and r.bridge_ms is not None]
+    return statistics.median(per_array) if per_array else None
 
 
 def plot(record: dict, path) -> None:

@@ -36,6 +36,7 @@ class Result:
     from_torch_ms: float | None = None
     overhead_ms: float | None = None  # median_ms - kernel_ms
     bridge_ms: float | None = None  # from_torch_ms - median_ms
+    bridge_arrays: int | None = None  # --timer all, another framework's port: torch tensors crossing a call, both ways
     traceback: str | None = None  # an error's, paths relative to the project
     case_set: str = ""
     case: str = ""

@@ -4,6 +4,8 @@ Gluon kernels run on a GPU only: Triton's interpreter does not run them (TRITON_
 `gluon.jit`), so on a machine without a GPU they are compiled for sm_90 (`compare.hopper_compile`) and their
 numerics are checked on the H200.
 """
+import torch
+import triton
 from triton.experimental import gluon  # noqa: F401  (the ports take these names from here)
 from triton.experimental.gluon import language as gl  # noqa: F401
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
@@ -17,3 +19,22 @@ if hasattr(tma, "async_load"):
     tma_load, tma_store = tma.async_load, tma.async_store
 else:  # triton 3.6, the H200's
     tma_load, tma_store = tma.async_copy_global_to_shared, tma.async_copy_shared_to_global
+
+
+class DeviceScratch:
+    """Triton's allocator of the global scratch that kernels making their TMA descriptors on the device write them
+    to: one buffer per device, grown as needed and reused (launches on a stream run one after another, and a kernel
+    writes its descriptors as it starts). Set for every Triton kernel; only those kernels ask it for memory."""
+
+    def __init__(self):
+        self.buffers = {}
+
+    def __call__(self, size: int, alignment: int, stream):
+        device = torch.cuda.current_device()
+        buffer = self.buffers.get(device)
+        if buffer is None or buffer.numel() < size:
+            buffer = self.buffers[device] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
+        return buffer
+
+
+triton.set_allocator(DeviceScratch())

@@ -26,7 +26,6 @@ import functools
 
 import torch
 import torch.nn.functional as F
-import triton
 
 from gluon_kernels import TensorDescriptor, cta_barrier, fence_async_shared, gl, gluon, mbarrier, tma, tma_load
 from gluon_kernels import tma_store, warpgroup_mma, warpgroup_mma_wait
@@ -107,13 +106,20 @@ def store_tile(value, c_desc, row, col):
 
 
 @gluon.jit
-def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_a, stride_b, stride_c, A_ROWS: gl.constexpr,
+                   TILE_M: gl.constexpr, TILE_N: gl.constexpr, TILE_K: gl.constexpr, A_LAYOUT: gl.constexpr,
+                   B_LAYOUT: gl.constexpr, C_LAYOUT: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                    B_TRANSPOSED: gl.constexpr, num_warps: gl.constexpr):
-    TILE_M: gl.constexpr = c_desc.block_type.shape[0]
-    TILE_N: gl.constexpr = c_desc.block_type.shape[1]
+    # the TMA descriptors made here, on the device, in global scratch: none is encoded by the host at the launch
+    a_desc = tma.make_tensor_descriptor(a_ptr, [M, K], [stride_a, 1], [A_ROWS, TILE_K], A_LAYOUT)
+    if B_TRANSPOSED:
+        b_desc = tma.make_tensor_descriptor(b_ptr, [N, K], [stride_b, 1], [TILE_N, TILE_K], B_LAYOUT)
+    else:
+        b_desc = tma.make_tensor_descriptor(b_ptr, [K, N], [stride_b, 1], [TILE_K, TILE_N], B_LAYOUT)
+    c_desc = tma.make_tensor_descriptor(c_ptr, [M, N], [stride_c, 1], [TILE_M, TILE_N], C_LAYOUT)
     pid = gl.program_id(0)
-    tiles_m = gl.cdiv(a_desc.shape[0], TILE_M)
-    tiles_n = gl.cdiv(c_desc.shape[1], TILE_N)
+    tiles_m = gl.cdiv(M, TILE_M)
+    tiles_n = gl.cdiv(N, TILE_N)
     per_group = GROUP_M * tiles_n
     first_m = (pid // per_group) * GROUP_M
     group_rows = min(tiles_m - first_m, GROUP_M)
@@ -127,7 +133,7 @@ def _matmul_kernel(a_desc, b_desc, c_desc, K, GROUP_M: gl.constexpr, STAGES: gl.
 
 
 @functools.lru_cache(maxsize=None)
-def _shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
+def shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
     """The swizzled shared-memory layout that wgmma reads, for tiles of `block` (a function of the tile's shape and
     type alone, kept: Gluon's host time to work one out, several times a call, is a large share of a small call's;
     results/h200/NOTES.md, thirty-third session)."""
@@ -136,7 +142,7 @@ def _shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMAShared
 
 def descriptor(tensor: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A TMA descriptor of the tensor in `block` tiles, in the swizzled shared-memory layout that wgmma reads."""
-    return TensorDescriptor.from_tensor(tensor, block, _shared_layout(tuple(block), tensor.dtype))
+    return TensorDescriptor.from_tensor(tensor, block, shared_layout(tuple(block), tensor.dtype))
 
 
 def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
@@ -178,12 +184,15 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     # B^T's rows are B's columns: a transposed B (a weight's W.t(), as F.linear passes it) is read as it lies
     transposed = b.stride(0) == 1 and b.stride(1) != 1
     a = _tma_ready(a, m, padded_k)
-    b_desc = (descriptor(_tma_ready(b.t(), padded_n, padded_k), [tiles.tile_n, tiles.tile_k]) if transposed
-              else descriptor(_tma_ready(b, padded_k, padded_n), [tiles.tile_k, tiles.tile_n]))
+    b = _tma_ready(b.t(), padded_n, padded_k) if transposed else _tma_ready(b, padded_k, padded_n)
+    b_block = (tiles.tile_n, tiles.tile_k) if transposed else (tiles.tile_k, tiles.tile_n)
     c = torch.empty((m, padded_n), device=a.device, dtype=output_dtype(data))
-    grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(padded_n, tiles.tile_n),)
-    a_rows = min(tiles.tile_m, max(8, triton.next_power_of_2(m)))  # A's rows that exist, to a power of two
-    launch(_matmul_kernel, grid, descriptor(a, [a_rows, tiles.tile_k]), b_desc,
-           descriptor(c, [tiles.tile_m, tiles.tile_n]), padded_k, GROUP_M=tiles.group_m, STAGES=tiles.stages,
-           B_TRANSPOSED=transposed, num_warps=tiles.warps)
+    # integer arithmetic, not triton.cdiv and triton.next_power_of_2: slow on the host (experiments/cached-launch)
+    grid = (-(-m // tiles.tile_m) * -(-padded_n // tiles.tile_n),)
+    a_rows = min(tiles.tile_m, max(8, 1 << (m - 1).bit_length()))  # A's rows that exist, to a power of two
+    launch(_matmul_kernel, grid, a, b, c, m, padded_n, padded_k, a.stride(0), b.stride(0), c.stride(0), A_ROWS=a_rows,
+           TILE_M=tiles.tile_m, TILE_N=tiles.tile_n, TILE_K=tiles.tile_k,
+           A_LAYOUT=shared_layout((a_rows, tiles.tile_k), a.dtype), B_LAYOUT=shared_layout(b_block, b.dtype),
+           C_LAYOUT=shared_layout((tiles.tile_m, tiles.tile_n), c.dtype), GROUP_M=tiles.group_m,
+           STAGES=tiles.stages, B_TRANSPOSED=transposed, num_warps=tiles.warps)
     return c if padded_n == n else c[:, :n]

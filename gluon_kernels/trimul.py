@@ -24,12 +24,13 @@ normed tensor goes through global memory). Same arithmetic, the same fp16 normed
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
-from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from gluon_kernels.matmul import descriptor, k_loop, store_tile
+from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load, warpgroup_mma, warpgroup_mma_wait
+from gluon_kernels.matmul import k_loop, shared_layout, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
                                  refuse_non_finite, scratch)
@@ -61,6 +62,7 @@ class GluonTriMulTiling:
     contract_stages: int = 3
 
 
+@functools.lru_cache(maxsize=4096)  # a share of a call's host path otherwise (experiments/cached-launch)
 def gluon_trimul_tiling(seq: int, dim: int, channels: int) -> GluonTriMulTiling:
     """The tiles for N = seq (a multiple of SEQUENCE_MULTIPLE), dim and the padded channels."""
     tile = largest_power_of_two_dividing(seq, 128)
@@ -89,14 +91,17 @@ def _load_weight_tile(weight_desc, w_ring, loaded, step, CHUNKS: gl.constexpr, S
 
 
 @gluon.jit
-def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_desc, gated_desc, batch, pairs_per_batch, eps,
-                         DIM: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_ptr, gated_ptr, batch, pairs_per_batch, eps,
+                         DIM: gl.constexpr, CHANNELS: gl.constexpr, TILE_DIM: gl.constexpr, PAIRS: gl.constexpr,
+                         W_LAYOUT: gl.constexpr, G_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
+                         num_warps: gl.constexpr):
     """LayerNorm and all five projections of a tile of 64 pairs: the normed tile is made once, kept in shared
     memory as wgmma's B operand (fp16, in dim chunks), and the weights stream through a TMA ring one [channels,
     tile_dim] tile a step, in a static schedule; the gated groups' projection and gate are two accumulators."""
-    CHANNELS: gl.constexpr = weight_desc.block_type.shape[0]
-    TILE_DIM: gl.constexpr = weight_desc.block_type.shape[1]
-    PAIRS: gl.constexpr = gated_desc.block_type.shape[1]
+    # the TMA descriptors made here, on the device, in global scratch: none is encoded by the host at the launch
+    weight_desc = tma.make_tensor_descriptor(weight_ptr, [5 * CHANNELS, DIM], [DIM, 1], [CHANNELS, TILE_DIM], W_LAYOUT)
+    gated_desc = tma.make_tensor_descriptor(gated_ptr, [3 * batch * CHANNELS, pairs_per_batch], [pairs_per_batch, 1],
+                                            [CHANNELS, PAIRS], G_LAYOUT)
     CHUNKS: gl.constexpr = DIM // TILE_DIM
     gl.static_assert(STAGES >= 2, "the ring's first wait needs a tile loaded before it")
     row0 = gl.program_id(0) * PAIRS
@@ -166,10 +171,12 @@ def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_desc, gate
 
 
 @gluon.jit
-def _triangle_kernel(gated_desc, product_desc, batch_channels, SEQ: gl.constexpr, STAGES: gl.constexpr,
-                     num_warps: gl.constexpr):
-    """gated_desc [3 * B * channels * N, N], product_desc [B * channels * N, N]: row (bh * N + i) holds [bh, i, :]."""
-    TILE: gl.constexpr = product_desc.block_type.shape[0]
+def _triangle_kernel(gated_ptr, product_ptr, batch_channels, SEQ: gl.constexpr, TILE: gl.constexpr,
+                     G_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """gated [3 * B * channels * N, N], product [B * channels * N, N]: row (bh * N + i) holds [bh, i, :]."""
+    gated_desc = tma.make_tensor_descriptor(gated_ptr, [3 * batch_channels * SEQ, SEQ], [SEQ, 1], [TILE, 64], G_LAYOUT)
+    product_desc = tma.make_tensor_descriptor(product_ptr, [batch_channels * SEQ, SEQ], [SEQ, 1], [TILE, TILE],
+                                              P_LAYOUT)
     tile = gl.program_id(0)
     bh = gl.program_id(1)
     i0 = (tile // (SEQ // TILE)) * TILE
@@ -182,15 +189,20 @@ def _triangle_kernel(gated_desc, product_desc, batch_channels, SEQ: gl.constexpr
 
 
 @gluon.jit
-def _out_norm_project_kernel(product_desc, gated_desc, gamma_ptr, beta_ptr, weight_desc, out_desc, batch_channels,
-                             pairs_per_batch, eps, HIDDEN: gl.constexpr, WIDTH: gl.constexpr,
-                             num_warps: gl.constexpr):
+def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight_ptr, out_ptr, batch_channels,
+                             pairs_per_batch, eps, HIDDEN: gl.constexpr, WIDTH: gl.constexpr, CHANNELS: gl.constexpr,
+                             PAIRS: gl.constexpr, TILE_OUT: gl.constexpr, IN_LAYOUT: gl.constexpr,
+                             W_LAYOUT: gl.constexpr, OUT_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
     """product_desc and gated_desc channel-major, [B * channels, N * N] and [3 * B * channels, N * N], in
     [channels, pairs] tiles; weight_desc: to_out's weight transposed, [channels, width], in [channels, tile_out]
     tiles; channels >= HIDDEN, the padded ones exactly 0 in the product (see the module's docstring)."""
-    CHANNELS: gl.constexpr = product_desc.block_type.shape[0]
-    TILE_OUT: gl.constexpr = weight_desc.block_type.shape[1]
-    PAIRS: gl.constexpr = out_desc.block_type.shape[0]
+    product_desc = tma.make_tensor_descriptor(product_ptr, [batch_channels, pairs_per_batch], [pairs_per_batch, 1],
+                                              [CHANNELS, PAIRS], IN_LAYOUT)
+    gated_desc = tma.make_tensor_descriptor(gated_ptr, [3 * batch_channels, pairs_per_batch], [pairs_per_batch, 1],
+                                            [CHANNELS, PAIRS], IN_LAYOUT)
+    weight_desc = tma.make_tensor_descriptor(weight_ptr, [CHANNELS, WIDTH], [WIDTH, 1], [CHANNELS, TILE_OUT], W_LAYOUT)
+    out_desc = tma.make_tensor_descriptor(out_ptr, [(batch_channels // CHANNELS) * pairs_per_batch, WIDTH], [WIDTH, 1],
+                                          [PAIRS, TILE_OUT], OUT_LAYOUT)
     row0 = gl.program_id(0) * PAIRS
     b = row0 // pairs_per_batch
     column = row0 - b * pairs_per_batch
@@ -266,20 +278,24 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     out = allocate((pairs, dim), torch.float32)
 
     tiles = gluon_trimul_tiling(seq, dim, channels)
-    gated_desc = descriptor(gated, [channels, tiles.rows])
+    pairs_layout = shared_layout((channels, tiles.rows), torch.float16)  # the gated and product tiles of pairs
     launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
-        mask.reshape(pairs).to(torch.float32), descriptor(proj_weight, [channels, tiles.tile_dim]), gated_desc, batch,
-        seq * seq, LAYER_NORM_EPS, DIM=dim, STAGES=tiles.project_stages, num_warps=tiles.project_warps)
+        mask.reshape(pairs).to(torch.float32), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
+        CHANNELS=channels, TILE_DIM=tiles.tile_dim, PAIRS=tiles.rows,
+        W_LAYOUT=shared_layout((channels, tiles.tile_dim), torch.float16), G_LAYOUT=pairs_layout,
+        STAGES=tiles.project_stages, num_warps=tiles.project_warps)
     launch(_triangle_kernel, ((seq // tiles.tile_i) ** 2, batch * channels),
-        descriptor(gated.view(3 * batch * channels * seq, seq), [tiles.tile_i, 64]),
-        descriptor(product, [tiles.tile_i, tiles.tile_i]), batch * channels, SEQ=seq, STAGES=tiles.contract_stages,
+        gated, product, batch * channels, SEQ=seq, TILE=tiles.tile_i,
+        G_LAYOUT=shared_layout((tiles.tile_i, 64), torch.float16),
+        P_LAYOUT=shared_layout((tiles.tile_i, tiles.tile_i), torch.float16), STAGES=tiles.contract_stages,
         num_warps=tiles.contract_warps)
     launch(_out_norm_project_kernel, (pairs // tiles.rows,),
-        descriptor(product.view(batch * channels, seq * seq), [channels, tiles.rows]), gated_desc,
-        by_channel(weights["to_out_norm.weight"]).contiguous(), by_channel(weights["to_out_norm.bias"]).contiguous(),
-        descriptor(out_weight_t, [channels, tiles.tile_out]), descriptor(out, [tiles.rows, tiles.tile_out]),
-        batch * channels, seq * seq, LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, num_warps=tiles.output_warps)
+        product, gated, by_channel(weights["to_out_norm.weight"]).contiguous(),
+        by_channel(weights["to_out_norm.bias"]).contiguous(), out_weight_t, out, batch * channels, seq * seq,
+        LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, CHANNELS=channels, PAIRS=tiles.rows, TILE_OUT=tiles.tile_out,
+        IN_LAYOUT=pairs_layout, W_LAYOUT=shared_layout((channels, tiles.tile_out), torch.float16),
+        OUT_LAYOUT=shared_layout((tiles.rows, tiles.tile_out), torch.float32), num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
     refuse_non_finite(out[..., 0].sum(), "gluon")
     return out if seq == length else out[:, :length, :length].contiguous()

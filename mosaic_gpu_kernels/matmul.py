@@ -17,7 +17,8 @@ Two kernels, by batch size:
   the SMs (M = 512 at N = 4096), 128 x 128 tiles with one warpgroup.
 
 Differences the language forces, against the Triton port:
-- Shapes are static, as in every Pallas kernel: each distinct (padded) shape compiles once.
+- Shapes are static, as in every Pallas kernel: each distinct shape compiles once, its padding and the cut back of
+  the result in the same compiled call (one dispatch a call, as XLA's own dot).
 - No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
   The swizzled layouts wgmma reads, though, tile the whole array in (8, swizzle width) blocks, so the lowering needs
   each tiled dimension to be a multiple of its block or smaller than it: M is padded to a multiple of 8 (when at
@@ -254,8 +255,10 @@ def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: 
     return _product(a, b, out, a_transposed, b_transposed)
 
 
+@functools.partial(jax.jit, static_argnames=("out", "a_transposed", "b_transposed"))
 def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
-    """One product or a batch of them (a leading dimension), padded as the module says."""
+    """One product or a batch of them (a leading dimension): padded as the module says, the kernel, and the result
+    cut back, in one compiled call."""
     batch = a.shape[:-2]
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tiles = mosaic_tiling(m, n, out)
@@ -266,8 +269,6 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
         a_transposed = b_transposed = False
     pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY,
                               a_transposed=a_transposed)
-    # padded outside the jitted function, so that it compiles once per padded shape, not once per M (see
-    # pallas_kernels)
     if (pm, pk) != (m, k):
         a = zero_padded(a, shape=(*batch, *((pk, pm) if a_transposed else (pm, pk))))
     if (pk, pn) != (k, n):

@@ -4,9 +4,10 @@ Each program owns one tile_m x tile_n tile of C and walks the whole of K in tile
 order, accumulating in fp32: no split-K, so each element's sum is taken in the same order for
 every M. Ragged N and K are masked loads (zeros add exactly nothing) and masked stores.
 
-A difference the languages force: a Pallas kernel is compiled for static shapes, so every
-distinct M would compile anew. M is therefore padded with zero rows up to a multiple of tile_m
-(rows are independent, so the padding changes no bits of the real rows) and the result sliced.
+A difference the languages force: a Pallas kernel is compiled for static shapes. M is padded with
+zero rows up to a multiple of tile_m (rows are independent, so the padding changes no bits of the
+real rows) and the result cut back, all in one compiled call (`_product`): like XLA's own dot, each
+distinct M compiles once, and a call is one dispatch.
 
 A batch of products (`batched_matmul`, the batch-invariant JAX transformation's batched dot_general) runs on a
 second grid axis, one matrix a program column, as in the Triton port; `matmul` is the batch of one. A and B may
@@ -98,8 +99,10 @@ def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: 
     return _product(a, b, out, a_transposed, b_transposed)
 
 
+@functools.partial(jax.jit, static_argnames=("out", "a_transposed", "b_transposed"))
 def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = False):
-    """One product or a batch of them (a leading dimension), M padded to a whole tile."""
+    """One product or a batch of them (a leading dimension): M padded to a whole tile, the kernel, and the result cut
+    back, in one compiled call."""
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tiles = matmul_tiling(m, n)
     padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
@@ -107,7 +110,6 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
                   b_transposed=b_transposed)
     if padded_m == m:
         return _matmul(a, b, **static)
-    # the kernel compiles once per padded size, not once per M (see pallas_kernels)
     padded = (k, padded_m) if a_transposed else (padded_m, k)
     c = _matmul(zero_padded(a, shape=(*a.shape[:-2], *padded)), b, **static)
     return cut_to(c, shape=(*a.shape[:-2], m, n))

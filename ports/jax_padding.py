@@ -2,9 +2,11 @@
 
 A JAX port pads its inputs to the sizes its kernels take and cuts the result back. Done op by op, outside a
 jitted function, each step would take JAX's eager path, a dispatch each
-(results/h200/experiments/pallas-matmul-jitted-padding/); inside the port's jitted function, the kernels would
-compile once per size rather than once per padded size. These two small jitted functions do it in one compiled
-call each. Both Pallas backends use them: the Mosaic GPU ports do not import the deprecated one's package.
+(results/h200/experiments/pallas-matmul-jitted-padding/). These two small jitted functions do each step in one
+compiled call. The TriMul ports call them outside their jitted kernels, so that those compile once per padded
+sequence length; the matmul ports inside theirs, so that a call is one dispatch (a compile per M, as XLA's own dot;
+results/h200/experiments/jax-matmul-one-call/). Both Pallas backends use them: the Mosaic GPU ports do not import
+the deprecated one's package.
 """
 from __future__ import annotations
 

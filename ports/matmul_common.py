@@ -39,7 +39,7 @@ def matmul_tiling(m: int, n: int) -> MatmulTiling:
     against three quicker waves of 128 x 128; M = 513 is 80 tiles, one wave, against two).
     Small batches, and large ones whose 128 x 128 tiles would fill under half a wave (narrow N): 64-row tiles, with
     the widest column tile that still gives about a program per SM (without split-K, the programs streaming B are
-    what bounds their latency)."""
+    what bounds their latency), or half a wave of them above M = 128."""
     if m > SMALL_M and -(-m // 128) * -(-n // 128) >= SMS // 2:
         def waves_time(tiling_and_wave):
             tiles, wave = tiling_and_wave
@@ -47,6 +47,7 @@ def matmul_tiling(m: int, n: int) -> MatmulTiling:
 
         return min(LARGE_TILES, key=waves_time)[0]
     row_tiles = -(-m // 64)
-    tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= PROGRAMS_WANTED), 32)
+    wanted = PROGRAMS_WANTED if m <= SMALL_M else SMS // 2  # above M = 128, fewer and wider tiles won (M = 129, 160)
+    tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= wanted), 32)
     tile_k, stages = SMALL_TILES[tile_n]
     return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)

@@ -1,9 +1,12 @@
 """A launch that skips Triton's per-call dispatch once a kernel is compiled (the Triton and Gluon ports' launches)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-TRITON_ALIGNMENT = 16  # bytes: Triton specialises a pointer on whether its address is a multiple of this
+TRITON_ALIGNMENT = 16  # Triton specialises a pointer on whether its address is a multiple of this (bytes), and an
+# integer on whether it is one
 MAX_KEYS = 4096  # launch shapes kept (a server's many batch sizes); past it the table starts again
 
 
@@ -56,6 +59,19 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     if cached is None:
         cached = _LAUNCHES[kernel] = CachedLaunch(kernel)
     cached(grid, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def through_tritons_dispatch():
+    """Inside, every launch goes through Triton's dispatch (`kernel[grid]`), none straight to a compiled kernel kept
+    before: for a tool that intercepts the dispatch (`compare.hopper_compile`). The table is as it was afterwards."""
+    kept = dict(_LAUNCHES)
+    _LAUNCHES.clear()
+    try:
+        yield
+    finally:
+        _LAUNCHES.clear()
+        _LAUNCHES.update(kept)
 
 
 def _specialisation(arg):

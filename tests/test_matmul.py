@@ -5,6 +5,10 @@ sweeps stay inside one tile configuration (the interpreters' dots sum in shape-d
 on a machine with CUDA the bf16 cases and the full sweep of the issue run too.
 """
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,6 +52,18 @@ def test_port_matches_float64_reference(port, case):
     verdict = spec.check(data, out, spec.reference(data))
     assert verdict.passed, verdict.reason
     assert verdict.errors["rel_fro"] < 2e-3
+
+
+@pytest.mark.parametrize("port", [impl.name for impl in spec.WORKLOAD.implementations
+                                  if impl.ported and impl.framework == "jax"])
+def test_jax_ports_call_is_one_compiled_call(port):
+    # padding, kernel and cut back in one jitted function: JAX dispatches each compiled call from the host (tens of us
+    # each), and XLA's own dot is one
+    jax = pytest.importorskip("jax")
+    function = spec.WORKLOAD.implementation(port).load()
+    ragged = (jax.ShapeDtypeStruct((17, 130), jax.numpy.bfloat16), jax.ShapeDtypeStruct((130, 100), jax.numpy.bfloat16))
+    calls = jax.make_jaxpr(lambda a, b: function((a, b, "same")))(*ragged).jaxpr.eqns
+    assert [call.primitive.name for call in calls] == ["jit"]
 
 
 @pytest.mark.parametrize("port", [impl.name for impl in spec.WORKLOAD.implementations
@@ -189,6 +205,26 @@ def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
             assert spec.check((a, b, out), contiguous, spec.reference((a, b, out))).passed
 
 
+@pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
+def test_a_misaligned_operand_after_an_aligned_one_of_its_shape_keeps_the_bits(port):
+    # The torch ports keep each compiled kernel by its launch's metadata (ports.triton_launch), which Triton
+    # specialises on a pointer's 16-byte alignment: a view one element into a buffer, after the same shapes from
+    # aligned memory, must be launched as the kernel compiled for it, with the aligned call's bits
+    matmul = port_function(port)
+    gen = torch.Generator(device=DEVICE).manual_seed(6)
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    m, k, n = 70, 136, 40
+    a = torch.randn((m, k), device=DEVICE, generator=gen).to(dtype)
+    b = torch.randn((k, n), device=DEVICE, generator=gen).to(dtype)
+    aligned = matmul((a, b, "same"))
+    buffers = [torch.empty(x.numel() + 1, device=DEVICE, dtype=dtype) for x in (a, b)]
+    a_off, b_off = (buffer[1:].view(x.shape).copy_(x) for buffer, x in zip(buffers, (a, b)))
+    assert a_off.data_ptr() % 16 and b_off.data_ptr() % 16
+    for operands in ((a_off, b), (a, b_off), (a_off, b_off), (a, b)):
+        assert first_difference(matmul((*operands, "same")), aligned) is None
+    assert spec.check((a, b, "same"), aligned, spec.reference((a, b, "same"))).passed
+
+
 def test_gluon_gives_a_tma_descriptor_a_row_major_pitch():
     # torch counts a tensor of one row as contiguous whatever its row stride, and a TMA descriptor takes that stride
     # as its row pitch: the Gluon port failed on the H200 on x.t() of a [K, 1] column (strides (1, 1))
@@ -268,7 +304,7 @@ def test_tiling_tool_takes_a_case_set_and_marks_the_chosen_tiling(capsys):
     (512, 14336, (128, 256, 64)),
     # one wave of 128 x 256 against two of 128 x 128; two against three quicker ones; 128 x 128 under half a wave
     (513, 4096, (128, 256, 64)), (1025, 4096, (128, 128, 64)), (4096, 32, (64, 32, 128)), (256, 1000, (64, 32, 128)),
-    (129, 3584, (64, 64, 64))])
+    (129, 3584, (64, 128, 64)), (160, 4096, (64, 128, 64))])
 def test_tiling_takes_the_fewest_waves_or_a_program_per_sm(m, n, tiles):
     chosen = matmul_common.matmul_tiling(m, n)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles
@@ -367,6 +403,29 @@ def test_hopper_compile_specialises_as_a_launch_does(compile_for_hopper):
         assert status == 0, output
         shared.append(float(next(line for line in output.splitlines() if line.startswith("_matmul_kernel")).split()[3]))
     assert shared[1] > shared[0], shared
+
+
+def test_hopper_compile_compiles_a_kernel_this_process_launched_before():
+    # the cached launch skips Triton's dispatch for a kernel it has launched, and the dispatch is where
+    # compile_launches intercepts: planted as launched before, the kernel must still be compiled, not launched
+    script = """
+from compare.hopper_compile import compile_launches
+from ports import matmul as spec, triton_launch
+from triton_kernels import matmul as port
+
+class LaunchedBefore:
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("launched through the table of kernels launched before, not compiled")
+
+planted = triton_launch._LAUNCHES[port._matmul_kernel] = LaunchedBefore()
+kernels = compile_launches(port.matmul, spec.make_inputs(spec.WORKLOAD.cases["smoke"][0], 1, "cpu"))
+assert len(kernels) == 1 and kernels[0].error is None, kernels
+assert triton_launch._LAUNCHES[port._matmul_kernel] is planted  # the table as it was
+"""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_shapes_cases_are_real_models_products_of_every_class():

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -406,6 +407,34 @@ def test_timer_all_records_kernel_time_overhead_and_the_torch_callers_view(monke
     print_table(record, console)
     text = console.export_text()
     assert "from torch" in text and "overhead" in text
+
+
+def test_timer_all_gives_the_bridge_per_tensor_crossing_for_another_frameworks_port(monkeypatch):
+    # a JAX port called from torch takes its input across and its output back: two tensors; a torch port none
+    pytest.importorskip("jax")
+    from rich.console import Console
+
+    import compare.timing as timing
+    from compare.driver import tensor_count
+    from compare.report import _bridge_per_array_us, print_table
+    from compare.result import Result
+
+    monkeypatch.setattr(timing, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    registered = workload(Implementation("slow", "torch", "triton", "sleeps", "tests.test_ports:twice_slowly"),
+                          Implementation("slow_jax", "jax", "pallas-triton", "sleeps", "tests.test_ports:twice_slowly"))
+    record = run(registered, ["slow", "slow_jax"], ["smoke"], None,
+                 Settings(timer="all", pool=2, min_iters=3, max_iters=3, min_seconds=0), progress=lambda message: None)
+    arrays = {(r["impl"], r["case"]): r.get("bridge_arrays") for r in record["results"]}
+    assert arrays == {("slow", "n3"): None, ("slow", "n100"): None, ("slow_jax", "n3"): 2, ("slow_jax", "n100"): 2}
+    results = [Result.from_json(entry) for entry in record["results"]]
+    crossing = [r for r in results if r.impl == "slow_jax"]
+    assert _bridge_per_array_us(crossing) == pytest.approx(statistics.median(1e3 * r.bridge_ms / 2 for r in crossing))
+    assert _bridge_per_array_us([r for r in results if r.impl == "slow"]) is None
+    console = Console(width=100, record=True, force_terminal=False)
+    print_table(record, console)
+    assert "bridge us/array" in console.export_text()
+    tensors = torch.zeros(1)
+    assert tensor_count((tensors, {"a": tensors, "b": [tensors, 3]}, "config")) == 3
 
 
 def test_jax_ports_pad_with_zeros_and_cut_back_in_compiled_calls():

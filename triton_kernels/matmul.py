@@ -79,7 +79,7 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     batch = a.shape[0] if a.dim() == 3 else 1
     tiles = tiles or matmul_tiling(m, n)
     c = torch.empty((*a.shape[:-2], m, n), device=a.device, dtype=output_dtype((a, b, out)))
-    grid = (triton.cdiv(m, tiles.tile_m) * triton.cdiv(n, tiles.tile_n), batch)
+    grid = (-(-m // tiles.tile_m) * -(-n // tiles.tile_n), batch)  # not triton.cdiv: slow on the host
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M
     batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
     launch(_matmul_kernel, grid, a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,

@@ -21,6 +21,7 @@ range (LayerNorm bounds the projections' inputs; products are sums of N gated te
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -146,6 +147,7 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_no
         tl.store(out_rows + d0, tl.dot(tl.trans(normed), w))
 
 
+@functools.lru_cache(maxsize=4096)  # a share of a call's host path otherwise (experiments/cached-launch)
 def triton_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     """The ports' shared tiles (`kernel_tiling`), with 64-row output tiles on 4 warps where dim <= 128: faster
     here, while the Pallas port's lowering runs the shared 128-row tiling as fast already
