@@ -24,7 +24,7 @@ else:  # triton 3.6, the H200's
 class DeviceScratch:
     """Triton's allocator of the global scratch that kernels making their TMA descriptors on the device write them
     to: one buffer per device, grown as needed and reused (launches on a stream run one after another, and a kernel
-    writes its descriptors as it starts). Set for every Triton kernel; only those kernels ask it for memory."""
+    writes its descriptors as it starts). Only those kernels ask it for memory."""
 
     def __init__(self):
         self.buffers = {}
@@ -37,4 +37,11 @@ class DeviceScratch:
         return buffer
 
 
-triton.set_allocator(DeviceScratch())
+DEVICE_SCRATCH = DeviceScratch()
+
+
+def use_device_scratch() -> None:
+    """Make DEVICE_SCRATCH Triton's allocator in the calling thread, before a launch of a kernel that makes its TMA
+    descriptors on the device. Triton keeps its allocator in a context variable, which a new thread does not
+    inherit: autograd's backward pass runs in a thread of its own, where the allocator set at import is not seen."""
+    triton.set_allocator(DEVICE_SCRATCH)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from gluon_kernels import TensorDescriptor, cta_barrier, fence_async_shared, gl, gluon, mbarrier, tma, tma_load
-from gluon_kernels import tma_store, warpgroup_mma, warpgroup_mma_wait
+from gluon_kernels import tma_store, use_device_scratch, warpgroup_mma, warpgroup_mma_wait
 from ports.matmul import output_dtype, validate
 from ports.matmul_common import MatmulTiling, matmul_tiling
 from ports.triton_launch import launch
@@ -190,6 +190,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
     # integer arithmetic, not triton.cdiv and triton.next_power_of_2: slow on the host (experiments/cached-launch)
     grid = (-(-m // tiles.tile_m) * -(-padded_n // tiles.tile_n),)
     a_rows = min(tiles.tile_m, max(8, 1 << (m - 1).bit_length()))  # A's rows that exist, to a power of two
+    use_device_scratch()
     launch(_matmul_kernel, grid, a, b, c, m, padded_n, padded_k, a.stride(0), b.stride(0), c.stride(0), A_ROWS=a_rows,
            TILE_M=tiles.tile_m, TILE_N=tiles.tile_n, TILE_K=tiles.tile_k,
            A_LAYOUT=shared_layout((a_rows, tiles.tile_k), a.dtype), B_LAYOUT=shared_layout(b_block, b.dtype),

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load, warpgroup_mma, warpgroup_mma_wait
+from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load, use_device_scratch, warpgroup_mma
+from gluon_kernels import warpgroup_mma_wait
 from gluon_kernels.matmul import k_loop, shared_layout, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
@@ -279,6 +280,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
 
     tiles = gluon_trimul_tiling(seq, dim, channels)
     pairs_layout = shared_layout((channels, tiles.rows), torch.float16)  # the gated and product tiles of pairs
+    use_device_scratch()
     launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
         mask.reshape(pairs).to(torch.float32), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
