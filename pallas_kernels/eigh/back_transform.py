@@ -12,7 +12,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
                                BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
-from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_matrix
+from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_matrix, window
 
 
 BACK_TRANSFORM_STAGES = 2  # software-pipelining stages (Pallas's Triton num_stages) of the products: the fastest
@@ -31,7 +31,7 @@ def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk):
 
     def gram_step(c, gram):
         cols = c * chunk + jnp.arange(chunk)
-        block = w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)]
+        block = w_ref.at[window(first, reflectors), window(c * chunk, chunk)]
         inside = (rows < n)[:, None] & (cols < n)[None, :]
         reflector_chunk = jnp.where(cols[None, :] > rows[:, None], masked_load(block, inside), 0.0)
         pltriton.store(block, reflector_chunk, mask=inside)
@@ -39,7 +39,7 @@ def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk):
 
     gram = jax.lax.fori_loop((first + 1) // chunk, pl.cdiv(n, chunk), gram_step,
                              jnp.zeros((reflectors, reflectors), jnp.float32))
-    taus = masked_load(tau_ref.at[pl.ds(first, reflectors)], rows < n)
+    taus = masked_load(tau_ref.at[window(first, reflectors)], rows < n)
 
     def column(i, t):  # T[i, i] = tau_i, T[:i, i] = -tau_i T[:i, :i] G[:i, i]
         tau = jnp.sum(jnp.where(members == i, taus, 0.0))
@@ -67,13 +67,13 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
 
     def z_block(c):  # Z^T's chunk c: (ref, mask, columns)
         cols = c * chunk + jnp.arange(chunk)
-        return (z_ref.at[pl.ds(start_vector, vectors_per_program), pl.ds(c * chunk, chunk)],
+        return (z_ref.at[window(start_vector, vectors_per_program), window(c * chunk, chunk)],
                 (vectors < n)[:, None] & (cols < n)[None, :], cols)
 
     def reflector_block(c, first, from_column=0):  # V^T's chunk c for the panel from reflector `first`
         cols, rows = c * chunk + jnp.arange(chunk), first + jnp.arange(reflectors)
         mask = (rows >= 0)[:, None] & (rows < n)[:, None] & (cols < n)[None, :] & (cols >= from_column)[None, :]
-        return masked_load(w_ref.at[pl.ds(first, reflectors), pl.ds(c * chunk, chunk)], mask)
+        return masked_load(w_ref.at[window(first, reflectors), window(c * chunk, chunk)], mask)
 
     last = jnp.int32((panels - 1) * reflectors)  # traced: a static start past n would be refused
 

@@ -10,7 +10,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from ports.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
-from .common import f32, per_matrix
+from .common import f32, per_matrix, window
 
 
 def _reciprocal(x, *, interpret):
@@ -81,7 +81,7 @@ def _bisect_kernel(d_ref, e_ref, scale_ref, values_ref, norm_ref, l_ref, *, n, i
     brackets = _multisected(d_ref, e_ref, index, lo, hi, n, interpret=interpret)
     _, lo_lanes, hi_lanes = jax.lax.while_loop(unfinished, halve, (jnp.int32(0), *brackets))
     value = 0.5 * (lo_lanes + hi_lanes)
-    block = pl.ds(pl.program_id(1) * LANES, LANES)
+    block = window(pl.program_id(1) * LANES, LANES)
     pltriton.store(values_ref.at[block], value, mask=valid)
     pltriton.store(l_ref.at[block], value * scale_ref[...], mask=valid)
     pltriton.store(norm_ref, norm, mask=pl.program_id(1) == 0)

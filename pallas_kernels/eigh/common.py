@@ -25,6 +25,14 @@ def barrier(interpret):
         pltriton.debug_barrier()
 
 
+def window(start, size):
+    """pl.ds(start, size) for a slice of a ref that may run past the ref's end (a power-of-two block over n
+    entries), the entries beyond masked by the load or store that takes it. jax 0.12 refuses such a slice where its
+    start is a Python int ("Out of bound slice"); it checks no start that is an array, known or not, which is how
+    this port gives every start, as Triton's pointer arithmetic takes it."""
+    return pl.ds(jnp.int32(start) if isinstance(start, int) else start, size)
+
+
 def masked_load(ref, mask, other=0.0):
     # No cache modifier: the Triton port loads what the program itself wrote with ".cg", but this
     # JAX's Triton lowering fails on every cache_modifier (its table is keyed "cg", not ".cg"); the

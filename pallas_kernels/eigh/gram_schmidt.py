@@ -13,7 +13,7 @@ from jax.experimental.pallas import triton as pltriton
 from ports.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, PANEL,
                                SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares, gram_schmidt_unrolled,
                                split_gram_schmidt, vector_panel_warps)
-from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, masked_load, per_matrix
+from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, masked_load, per_matrix, window
 
 
 GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split project
@@ -53,7 +53,7 @@ def _panel_clusters(values_ref, panel, start, tolerance, *, n):
 
 
 def _panel_rows(x_ref, panel, block_n):
-    return x_ref.at[pl.ds(panel * PANEL, PANEL), pl.ds(0, block_n)]
+    return x_ref.at[window(panel * PANEL, PANEL), window(0, block_n)]
 
 
 def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
@@ -68,7 +68,7 @@ def _projected_out(block, x_ref, first, end, chosen, *, n, block_n):
     valid = jnp.arange(block_n) < n
 
     def project_out(q, block):
-        vector = masked_load(x_ref.at[first + q, pl.ds(0, block_n)], valid & (first + q < end))
+        vector = masked_load(x_ref.at[first + q, window(0, block_n)], valid & (first + q < end))
         return block - jnp.where(chosen[:, None], jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :],
                                  0.0)
 
@@ -204,7 +204,7 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
             columns = columns_of(c)
             correction = jnp.dot(coefficients, rows_at(vectors, vectors < end, columns), precision=precision,
                                  preferred_element_type=jnp.float32)
-            pltriton.store(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(c * GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_CHUNK)],
+            pltriton.store(partial_ref.at[share, window(0, PANEL), window(c * GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_CHUNK)],
                            correction, mask=(columns < n)[None, :])
 
 
@@ -223,7 +223,7 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
         values_ref, panel, start_ref[...], tolerance, n=n)
 
     def add_share(share, correction):  # a loop, not unrolled: up to 64 shares at n = 4096
-        return correction + masked_load(partial_ref.at[share, pl.ds(0, PANEL), pl.ds(0, block_n)], valid[None, :])
+        return correction + masked_load(partial_ref.at[share, window(0, PANEL), window(0, block_n)], valid[None, :])
 
     def gram_schmidt_pass():
         block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)

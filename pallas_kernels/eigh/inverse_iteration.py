@@ -15,7 +15,7 @@ from jax.experimental.pallas import triton as pltriton
 from ports.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
                                REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
 from . import gram_schmidt
-from .common import EPS, barrier, f32, masked_load, per_matrix
+from .common import EPS, barrier, f32, masked_load, per_matrix, window
 
 
 def _pivot(x, floor):
@@ -71,7 +71,7 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     x, which holds them."""
     x_ref, factors_ref, lengths_ref = refs[-3:]
     lanes = pl.program_id(1) * LANES + jnp.arange(LANES)
-    block = pl.ds(pl.program_id(1) * LANES, LANES)
+    block = window(pl.program_id(1) * LANES, LANES)
     valid = lanes < n
     norm = norm_ref[...]
     floor = EPS * norm
@@ -183,11 +183,11 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
             block = masked_load(x_ref.at[rows[:, None], cols[None, :]], sound[:, None] & valid[None, :])
             return vector - jnp.sum(jnp.sum(block * vector[None, :], axis=1)[:, None] * block, axis=0)
 
-        vector = masked_load(x_ref.at[j, pl.ds(0, block_n)], valid)
+        vector = masked_load(x_ref.at[j, window(0, block_n)], valid)
         for _ in range(2):
             vector = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), project, vector)
         vector /= jnp.maximum(jnp.sqrt(jnp.sum(vector * vector)), 1e-30)
-        pltriton.store(x_ref.at[j, pl.ds(0, block_n)], vector, mask=valid)
+        pltriton.store(x_ref.at[j, window(0, block_n)], vector, mask=valid)
         barrier(interpret)
         rows = j + local
         pltriton.store(residual_ref.at[rows], residuals(rows, local == 0), mask=local == 0)

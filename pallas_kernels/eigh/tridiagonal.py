@@ -22,7 +22,7 @@ from ports.eigh_common import (COLUMN_KERNEL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS
                                SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
                                column_panel_chunk, one_launch, product_programs, row_blocks, shares_the_sms,
                                tridiagonal_tile)
-from .common import LOOP_INDEX, barrier, checked, dot_ieee, f32, loop_index, masked_load, per_matrix
+from .common import LOOP_INDEX, barrier, checked, dot_ieee, f32, loop_index, masked_load, per_matrix, window
 
 
 def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, rows_per_tile):
@@ -33,7 +33,7 @@ def _symmetrize_kernel(a_ref, w_ref, partial_ref, bounds_ref, *, n, block_n, row
     block = pl.program_id(1)
     rows, cols = block * rows_per_tile + jnp.arange(rows_per_tile), jnp.arange(block_n)
     mask = (rows < n)[:, None] & (cols < n)[None, :]
-    rows_block = (pl.ds(block * rows_per_tile, rows_per_tile), pl.ds(0, block_n))
+    rows_block = (window(block * rows_per_tile, rows_per_tile), window(0, block_n))
     tile, transposed, largest = checked(masked_load(a_ref.at[rows_block], mask),
                                         masked_load(a_ref.at[cols[None, :], rows[:, None]], mask), bounds_ref,
                                         3 * block)
@@ -73,7 +73,7 @@ def _scale(partial_ref, partials, needed):
     """As the Triton port's `_scale`: max|A| from the symmetrisation's per-program maxima (1 for a
     zero matrix); read only where `needed`."""
     index = jnp.arange(pl.next_power_of_2(partials))
-    biggest = jnp.max(masked_load(partial_ref.at[pl.ds(0, index.size)], needed & (index < partials)))
+    biggest = jnp.max(masked_load(partial_ref.at[window(0, index.size)], needed & (index < partials)))
     return jnp.where(biggest > 0, biggest, 1.0)
 
 
@@ -82,7 +82,7 @@ def _panel_tiles(panel_ref, used, first, count, c0, width, *, n, nb):
     (panel rows 0 .. nb - 1 and nb .. 2 nb - 1) before member `used`, columns c0 .. c0 + width - 1:
     count x width tiles, zero beyond."""
     rows, cols = first + jnp.arange(count), c0 + jnp.arange(width)
-    return tuple(masked_load(panel_ref.at[pl.ds(part * nb + first, count), pl.ds(c0, width)],
+    return tuple(masked_load(panel_ref.at[window(part * nb + first, count), window(c0, width)],
                              (rows < used)[:, None] & (cols < n)[None, :]) for part in (0, 1))
 
 
@@ -91,7 +91,7 @@ def _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, corr
     to date with the panel's earlier reflectors (less `correction`, from `_panel_w`), v_j into V's row
     i, d_j, e_j, tau_j stored: (v_j, tau_j)."""
     cols = jnp.arange(block_n)
-    row = masked_load(w_ref.at[pl.ds(0, block_n), j], (cols >= j) & (cols < n)) * factor - correction
+    row = masked_load(w_ref.at[window(0, block_n), j], (cols >= j) & (cols < n)) * factor - correction
     v, tau, d_ref[j], e_ref[j] = _householder(row, j, cols)
     tau_ref[j] = tau
     panel_ref[i, :] = v
@@ -135,7 +135,7 @@ def _lower_tile(w_ref, r0, rows, c0, cols, j, n, factor):
     """As the Triton port's `_lower_tile`, rows = r0 + arange and cols = c0 + arange: (factor times the tile, the
     mask of its mirrored part)."""
     lower, mirrored = _lower_blocks(rows, cols, j, n)
-    tile = masked_load(w_ref.at[pl.ds(r0, rows.shape[0]), pl.ds(c0, cols.shape[0])], (rows < n)[:, None] & lower)
+    tile = masked_load(w_ref.at[window(r0, rows.shape[0]), window(c0, cols.shape[0])], (rows < n)[:, None] & lower)
     return tile * factor, mirrored
 
 
@@ -158,7 +158,7 @@ def _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, *, n
     def _(b):
         c0 = (first_block + b) * cols
         block_cols = c0 + jnp.arange(cols)
-        v_cols = masked_load(panel_ref.at[i, pl.ds(c0, cols)], block_cols < n)
+        v_cols = masked_load(panel_ref.at[i, window(c0, cols)], block_cols < n)
         top = jnp.maximum(j + 1, c0)
 
         def row_tile(t, column_sums):
@@ -166,21 +166,21 @@ def _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, *, n
             tile_rows = r0 + local
             inside = tile_rows < n
             tile, mirrored = _lower_tile(w_ref, r0, tile_rows, c0, block_cols, j, n, factor)
-            pltriton.store(products_ref.at[first_block + b, pl.ds(r0, rows)], jnp.sum(tile * v_cols[None, :], axis=1),
+            pltriton.store(products_ref.at[first_block + b, window(r0, rows)], jnp.sum(tile * v_cols[None, :], axis=1),
                            mask=inside)
-            v_rows = masked_load(panel_ref.at[i, pl.ds(r0, rows)], inside)
+            v_rows = masked_load(panel_ref.at[i, window(r0, rows)], inside)
             return column_sums + jnp.where(mirrored, tile, 0.0) * v_rows[:, None]
 
         column_sums = jax.lax.fori_loop(0, pl.cdiv(n - top, rows), row_tile, jnp.zeros((rows, cols), jnp.float32))
-        pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(c0, cols)], jnp.sum(column_sums, axis=0),
+        pltriton.store(panel_ref.at[jnp.int32(2 * nb), window(c0, cols)], jnp.sum(column_sums, axis=0),
                        mask=block_cols < n)
 
     barrier(interpret)
     all_cols = jnp.arange(block_n)
     blocks = jnp.arange(block_n // cols)[:, None]
     written = (blocks >= first_block) & (blocks <= jax.lax.div(all_cols, jnp.int32(cols))[None, :]) & below[None, :]
-    parts = masked_load(products_ref.at[pl.ds(0, block_n // cols), pl.ds(0, block_n)], written)
-    return jnp.sum(parts, axis=0) + masked_load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below)
+    parts = masked_load(products_ref.at[window(0, block_n // cols), window(0, block_n)], written)
+    return jnp.sum(parts, axis=0) + masked_load(panel_ref.at[jnp.int32(2 * nb), window(0, block_n)], below)
 
 
 def _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, *, n, block_n, nb, rows, interpret):
@@ -196,14 +196,14 @@ def _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, *, n, block_n, 
         tile_rows = r0 + local
         inside = tile_rows < n
         tile, mirrored = _lower_tile(w_ref, r0, tile_rows, 0, cols, j, n, factor)
-        pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows)], jnp.sum(tile * v[None, :], axis=1),
+        pltriton.store(panel_ref.at[jnp.int32(2 * nb), window(r0, rows)], jnp.sum(tile * v[None, :], axis=1),
                        mask=inside)
-        v_rows = masked_load(panel_ref.at[i, pl.ds(r0, rows)], inside)
+        v_rows = masked_load(panel_ref.at[i, window(r0, rows)], inside)
         return above_diagonal + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
 
     above_diagonal = jax.lax.fori_loop(0, pl.cdiv(n - j - 1, rows), row_tile, jnp.zeros((block_n,), jnp.float32))
     barrier(interpret)
-    return masked_load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + above_diagonal
+    return masked_load(panel_ref.at[jnp.int32(2 * nb), window(0, block_n)], below) + above_diagonal
 
 
 def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref, products_ref, *,
@@ -244,7 +244,7 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                 p = _symmetric_product(w_ref, panel_ref, products_ref, i, j, factor, below, rows=product_rows,
                                        cols=product_cols, interpret=interpret, **sizes)
             panel_ref[nb + i, :], correction = _panel_w(panel_ref, p, v, tau, below, j, i, chunk=chunk, **sizes)
-            pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=below)  # for the back-transformation
+            pltriton.store(w_ref.at[j, window(0, block_n)], v, mask=below)  # for the back-transformation
             barrier(interpret)
             return correction
 
@@ -267,10 +267,10 @@ def _tridiagonalize_blocked_kernel(partial_ref, _, w_ref, d_ref, e_ref, tau_ref,
                 r0 = top + t * rows_per_tile
                 inside = (r0 + local) < n
                 mask = inside[:, None] & right[None, :] & _lower_block_triangle(r0 + local, chunk_cols)
-                tile_rows = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
+                tile_rows = w_ref.at[window(r0, rows_per_tile), window(c0, cols_per_tile)]
                 present = (members < width)[:, None] & inside[None, :]  # nb x rows: V's and W's columns r0 ...
-                v_rows = masked_load(panel_ref.at[pl.ds(0, nb), pl.ds(r0, rows_per_tile)], present)
-                w_rows = masked_load(panel_ref.at[pl.ds(nb, nb), pl.ds(r0, rows_per_tile)], present)
+                v_rows = masked_load(panel_ref.at[window(0, nb), window(r0, rows_per_tile)], present)
+                w_rows = masked_load(panel_ref.at[window(nb, nb), window(r0, rows_per_tile)], present)
                 update = dot_ieee(v_rows.T, w_panel) + dot_ieee(w_rows.T, v_panel)
                 pltriton.store(tile_rows, masked_load(tile_rows, mask) * factor - update, mask=mask)
 
@@ -309,13 +309,13 @@ def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n,
 
         def add_shares(s, column_sums):
             inside = (s * share_rows + offsets) < shares
-            return column_sums + masked_load(sums_ref.at[pl.ds(s * share_rows, share_rows), pl.ds(0, block_n)],
+            return column_sums + masked_load(sums_ref.at[window(s * share_rows, share_rows), window(0, block_n)],
                                              inside[:, None])
 
         column_sums = jax.lax.fori_loop(0, pl.cdiv(shares, share_rows), add_shares,
                                         jnp.zeros((share_rows, block_n), jnp.float32))
-        p = masked_load(panel_ref.at[jnp.int32(2 * nb), pl.ds(0, block_n)], below) + jnp.sum(column_sums, axis=0)
-        v = masked_load(panel_ref.at[i - 1, pl.ds(0, block_n)], in_cols)
+        p = masked_load(panel_ref.at[jnp.int32(2 * nb), window(0, block_n)], below) + jnp.sum(column_sums, axis=0)
+        v = masked_load(panel_ref.at[i - 1, window(0, block_n)], in_cols)
         panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1,
                                                         chunk=column_panel_chunk(block_n), **sizes)
         return correction
@@ -326,7 +326,7 @@ def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n,
     if not finish_only:
         v, _ = _panel_reflector(w_ref, d_ref, e_ref, tau_ref, panel_ref, j, i, factor, correction, n=n,
                                 block_n=block_n)
-        pltriton.store(w_ref.at[j, pl.ds(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
+        pltriton.store(w_ref.at[j, window(0, block_n)], v, mask=in_cols & (cols > j))  # for the back-transformation
 
 
 def _panel_product_kernel(first_ref, offset_ref, w_ref, scale_ref, _, _sums, panel_ref, sums_ref, *, n, block_n,
@@ -354,21 +354,21 @@ def _panel_product_kernel(first_ref, offset_ref, w_ref, scale_ref, _, _sums, pan
             r0 = j + 1 + (program + t * programs) * rows_per_tile
             rows = r0 + local
             inside = rows < n
-            v_rows = masked_load(panel_ref.at[member, pl.ds(r0, rows_per_tile)], inside)
+            v_rows = masked_load(panel_ref.at[member, window(r0, rows_per_tile)], inside)
             last_block = jax.lax.div(jnp.minimum(r0 + rows_per_tile - 1, n - 1), jnp.int32(cols_per_tile))
 
             def block(c, row_sums):
                 c0 = (first_block + c) * cols_per_tile
                 cols = c0 + jnp.arange(cols_per_tile)
                 tile, mirrored = _lower_tile(w_ref, r0, rows, c0, cols, j, n, factor)
-                v_cols = masked_load(panel_ref.at[member, pl.ds(c0, cols_per_tile)], (cols > j) & (cols < n))
-                share = sums_ref.at[program, pl.ds(c0, cols_per_tile)]
+                v_cols = masked_load(panel_ref.at[member, window(c0, cols_per_tile)], (cols > j) & (cols < n))
+                share = sums_ref.at[program, window(c0, cols_per_tile)]
                 share[...] = share[...] + jnp.sum(jnp.where(mirrored, tile, 0.0) * v_rows[:, None], axis=0)
                 return row_sums + tile * v_cols[None, :]
 
             row_sums = jax.lax.fori_loop(0, last_block + 1 - first_block, block,
                                          jnp.zeros((rows_per_tile, cols_per_tile), jnp.float32))
-            pltriton.store(panel_ref.at[jnp.int32(2 * nb), pl.ds(r0, rows_per_tile)], jnp.sum(row_sums, axis=1),
+            pltriton.store(panel_ref.at[jnp.int32(2 * nb), window(r0, rows_per_tile)], jnp.sum(row_sums, axis=1),
                            mask=inside)
             barrier(interpret)
 
@@ -389,11 +389,11 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
     def _():
         inside = rows < n
         valid = cols < n
-        v_rows, w_rows = (masked_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(r0, rows_per_tile)], inside[None, :])
+        v_rows, w_rows = (masked_load(panel_ref.at[window(part * nb, nb), window(r0, rows_per_tile)], inside[None, :])
                           for part in (0, 1))  # nb x rows
-        v_cols, w_cols = (masked_load(panel_ref.at[pl.ds(part * nb, nb), pl.ds(c0, cols_per_tile)], valid[None, :])
+        v_cols, w_cols = (masked_load(panel_ref.at[window(part * nb, nb), window(c0, cols_per_tile)], valid[None, :])
                           for part in (0, 1))  # nb x cols: a panel closed here is full
-        tile_ref = w_ref.at[pl.ds(r0, rows_per_tile), pl.ds(c0, cols_per_tile)]
+        tile_ref = w_ref.at[window(r0, rows_per_tile), window(c0, cols_per_tile)]
         mask = inside[:, None] & valid[None, :] & _lower_block_triangle(rows, cols)
         factor = jnp.where(last <= nb, 1.0 / scale_ref[...], 1.0)
         update = dot_ieee(v_rows.T, w_cols) + dot_ieee(w_rows.T, v_cols)
