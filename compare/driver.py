@@ -20,10 +20,12 @@ that raises, returns NaN or the wrong shape is recorded as failed while the run 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import math
 import os
+import random
 import statistics
 import sys
 import textwrap
@@ -35,7 +37,7 @@ from compare.records import (Recorder, device_info, error_text, floor_seconds, p
                              summarise, traceback_text, versions)
 from compare.result import Result
 from compare.timing import TIMERS, Synchroniser, timed_call
-from ports import Implementation, Workload, first_difference, output_digest, to_framework, to_torch
+from ports import Implementation, Workload, bit_view, first_difference, output_digest, to_framework, to_torch
 
 POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
 
@@ -70,13 +72,87 @@ def context_lost(device: str) -> str | None:
     return None
 
 
+def extra_calls(iters: int) -> int:
+    """How many checked calls a case gets beyond `iters`, drawn afresh for each case from the operating system's
+    randomness (never seeded, never printed before the calls): from 1 to half of `iters`, so that no port can count
+    to the call after which the driver stops looking."""
+    return 1 + random.SystemRandom().randrange(max(1, iters // 2))
+
+
+def kept_copy(value):
+    """The inputs with every tensor cloned and every dict, tuple and list rebuilt: what the caller passed, kept
+    apart from anything a port writes into."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {key: kept_copy(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(kept_copy(item) for item in value)
+    return copy.copy(value)
+
+
+def named_arguments(names: tuple[str, ...], data) -> list[tuple[str, object]]:
+    """(name, argument) for each argument of a call: the members of a tuple input named by the workload's
+    `argument_names`, or the one input itself."""
+    if isinstance(data, (tuple, list)) and len(names) == len(data):
+        return list(zip(names, data))
+    return [(names[0] if names else "input", data)]
+
+
+def written_arguments(names: tuple[str, ...], kept, data) -> list[str]:
+    """The arguments (x, weights['norm.weight'], ...) whose value after a call differs from the copy kept before
+    it: bitwise for tensors, by equality for the rest (a dict's keys included)."""
+    import torch
+
+    def differing(path, before, after):
+        if isinstance(before, torch.Tensor):
+            same = (isinstance(after, torch.Tensor) and before.shape == after.shape and before.dtype == after.dtype
+                    and torch.equal(bit_view(before), bit_view(after)))
+            return [] if same else [path]
+        if isinstance(before, dict):
+            if not isinstance(after, dict) or before.keys() != after.keys():
+                return [path]
+            return [name for key in before for name in differing(f"{path}[{key!r}]", before[key], after[key])]
+        if isinstance(before, (tuple, list)):
+            if type(after) is not type(before) or len(after) != len(before):
+                return [path]
+            return [name for index, (b, a) in enumerate(zip(before, after))
+                    for name in differing(f"{path}[{index}]", b, a)]
+        return [] if before == after else [path]
+
+    return [written for (name, before), (_, after) in zip(named_arguments(names, kept), named_arguments(names, data))
+            for written in differing(name, before, after)]
+
+
+def restore(data, kept) -> None:
+    """Write the kept values back into the tensors (and dicts and lists) a port wrote into, so that the inputs
+    shared with later implementations are the ones their references were computed from."""
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        data.copy_(kept)
+    elif isinstance(data, dict):
+        data.clear()
+        data.update(kept)
+    elif isinstance(data, list):
+        data[:] = kept
+    elif isinstance(data, tuple):
+        for item, kept_item in zip(data, kept):
+            restore(item, kept_item)
+
+
 def measure(workload: Workload, impl: Implementation, case: dict, pool, references, sync: Synchroniser,
             settings: Settings):
     """One implementation on one case. Returns (its Result, first output as torch or None).
 
     Every output is checked, timed or not: the first call's (compile included) on input set 0, the warm-up's on set
-    1, then as many never-seen inputs (`vary`) as a timed run takes, so that a port wrong on one call in ten, or only
-    on its first or second call, fails on every case set."""
+    1, then as many never-seen inputs (`vary`) as a timed run takes and a few more (`extra_calls`), so that a port
+    wrong on one call in ten, only on its first or second call, or from some call on, fails on every case set. The
+    time budget (`max_seconds`) ends the timing, never the checks: past it the calls go on untimed. Every argument
+    is copied before each call and compared after it: a port that writes into its input fails, named, and its
+    output is checked against the input as the caller passed it."""
     import torch
 
     result = Result(impl.name, impl.framework, impl.backend)
@@ -84,57 +160,80 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
     if missing:
         result.status, result.reason = "skipped", missing
         return result, None
+    names = workload.argument_names
+
+    def inputs_kept(what: str, data, kept) -> str | None:
+        """None when the call left every argument as it was; else what it wrote, the arguments restored."""
+        written = written_arguments(names, kept, data)
+        if not written:
+            return None
+        restore(data, kept)
+        return f"{what}: the port wrote into its input ({', '.join(written)})"
+
     try:
         function = impl.load()
         sync.wait()
+        kept = kept_copy(pool[0])
         start = time.perf_counter()
         first = function(to_framework(impl.framework, pool[0]))
         sync.wait(first)
         result.first_call_s = time.perf_counter() - start
         first = to_torch(first)
-        verdict = workload.check(pool[0], first, references[0])
+        verdict = workload.check(kept, first, references[0])
         result.status = "pass" if verdict.passed else "fail"
         result.reason, result.errors = verdict.reason, verdict.errors
         result.output_sha256 = output_digest(first)  # the first input set is seeded: compared by --against
-        if not verdict.passed:
+        written = inputs_kept("call 1, the first (input set 0)", pool[0], kept)
+        if written:
+            result.status, result.reason = "fail", written
+        if result.status != "pass":
             return result, first
         failures = []
 
-        def check(what: str, data, output, expected) -> None:
-            checked = workload.check(data, output, expected)
-            if not checked.passed:
+        def check(what: str, data, kept, output, expected) -> None:
+            checked, written = workload.check(kept, output, expected), inputs_kept(what, data, kept)
+            if written:
+                failures.append(written)
+            elif not checked.passed:
                 failures.append(f"{what}: {checked.reason}")
 
         warm_up = 1 % len(pool)
+        kept = kept_copy(pool[warm_up])
         output = function(to_framework(impl.framework, pool[warm_up]))
         sync.wait(output)
-        check(f"warm-up call (input set {warm_up})", pool[warm_up], to_torch(output), references[warm_up])
-        del output
+        check(f"call 2, the warm-up (input set {warm_up})", pool[warm_up], kept, to_torch(output), references[warm_up])
+        del output, kept
         timers = (TIMERS if settings.timer == "all" else (settings.timer,)) if settings.timed else ("untimed",)
         series = {how: [] for how in timers}
         calls = series[timers[0]]  # the headline series: host clock, or the kernels under --timer kernels
         generator = torch.Generator().manual_seed(len(pool))
+        planned = settings.min_iters + extra_calls(settings.min_iters)  # checked calls after the first two
+        made = 0
         begun = time.perf_counter()
         while True:
             runs, elapsed = len(calls), time.perf_counter() - begun
             enough = runs >= settings.min_iters and (elapsed >= settings.min_seconds or not settings.timed)
             over_budget = runs >= BUDGET_RUNS and elapsed >= settings.max_seconds
-            if runs >= settings.max_iters or enough or over_budget:
+            timing = timers[0] != "untimed" and runs < settings.max_iters and not enough and not over_budget
+            if not timing and made >= planned:
                 break
-            member = (runs + 2) % len(pool)
+            member = (made + 2) % len(pool)
             data, expected = workload.vary(pool[member], references[member], generator)
-            for how in timers:
+            for how in timers if timing else ("untimed",):
+                kept = kept_copy(data)
                 if how == "untimed":
-                    output, seconds = to_torch(function(to_framework(impl.framework, data))), 0.0
+                    output = to_torch(function(to_framework(impl.framework, data)))
+                    sync.wait(output)
                 else:
                     output, seconds = timed_call(how, function, impl.framework, data, sync)
                     if seconds is None:
-                        failures.append(f"call {runs + 2}: the call launched no GPU kernel")
-                series[how].append(seconds or 0.0)
-                check(f"call {runs + 2} ({how}, from input set {member})", data, output, expected)
-                del output
+                        failures.append(f"call {made + 3}: the call launched no GPU kernel")
+                    series[how].append(seconds or 0.0)
+                check(f"call {made + 3} ({how}, from input set {member})", data, kept, output, expected)
+                del output, kept
+            made += 1
             del data, expected
-        checked = 2 + len(calls) * len(timers)
+        checked = 2 + made + len(calls) * (len(timers) - 1)  # a timed input is called once a timer
         result.checked = f"{checked - len(failures)}/{checked} outputs passed"
         if settings.timed:
             quartiles = statistics.quantiles(calls, n=4, method="inclusive") if len(calls) > 1 else [calls[0]] * 3

@@ -198,6 +198,9 @@ class Workload:
     # without the reference (eigh: its float64 eigendecomposition), else None; for hunts, whose inputs are all new
     bounded_check: Callable[[Any, Any], Any] | None = None
     benchmark_sets: tuple[str, ...] = ("bench",)  # the case sets timed on a GPU unless every set is asked for
+    # the names of a call's arguments (the members of a tuple input, or the one input), for the driver's messages:
+    # a port that writes into one is told which
+    argument_names: tuple[str, ...] = ()
 
     def implementation(self, name: str) -> Implementation:
         for impl in self.implementations:
@@ -229,6 +232,38 @@ def dtype_name(value) -> str:
 @functools.cache
 def _dtype_name(dtype) -> str:  # str() of a NumPy dtype (a JAX array's) costs microseconds: ports call this per array
     return str(dtype).replace("torch.", "")
+
+
+LAYOUTS = ("contiguous", "strided", "transposed")  # how a case lays out its inputs in memory (`laid_out`)
+
+
+def laid_out(tensor, layout: str):
+    """The tensor's values in another memory layout, for the cases that check what ports get wrong about strides:
+    "contiguous" (as it is); "strided": a view of every other element along the last axis of a buffer twice as
+    wide; "transposed": a view of the last two axes of a buffer that holds them swapped (column-major)."""
+    import torch
+
+    if layout == "contiguous":
+        return tensor
+    if layout == "strided":
+        wide = torch.empty((*tensor.shape[:-1], 2 * tensor.shape[-1]), dtype=tensor.dtype, device=tensor.device)
+        view = wide[..., ::2]
+    elif layout == "transposed":
+        view = torch.empty((*tensor.shape[:-2], tensor.shape[-1], tensor.shape[-2]), dtype=tensor.dtype,
+                           device=tensor.device).transpose(-1, -2)
+    else:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return view.copy_(tensor)
+
+
+def like_layout(tensor, like):
+    """`tensor`'s values laid out as `like` is (its strides, gaps included): a varied input keeps its case's
+    layout."""
+    import torch
+
+    if like.is_contiguous():
+        return tensor.contiguous()
+    return torch.empty_strided(like.shape, like.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
 def get_workload(name: str) -> Workload:

@@ -32,15 +32,15 @@ import math
 
 import torch
 
-from ports import Check, Implementation, Workload, check_array, dtype_name
+from ports import Check, Implementation, Workload, check_array, dtype_name, laid_out, like_layout
 
 EPS = torch.finfo(torch.float32).eps
 RESIDUAL_FACTOR, RECONSTRUCTION_FACTOR, ORTHOGONALITY_FACTOR, ORDER_FACTOR, EIGENVALUE_FACTOR = 200, 400, 100, 100, 200
 SYMMETRY_TOLERANCE = 1e-4  # max |A - A^T| relative to max |A|
 
 
-def _case(batch, n, cond, seed, family="dense"):
-    return dict(batch=batch, n=n, cond=cond, seed=seed, family=family)
+def _case(batch, n, cond, seed, family="dense", layout="contiguous"):
+    return dict(batch=batch, n=n, cond=cond, seed=seed, family=family, layout=layout)
 
 
 # Transcribed from GPU MODE's eigh task definition (39 tests, 13 benchmarks).
@@ -102,13 +102,16 @@ LAPACK_TYPES = {  # DDRVST's matrix types 1..18: (structure, spectrum, magnitude
 }
 MAGNITUDES = {"normal": 1.0, "high": math.sqrt(torch.finfo(torch.float32).max),
               "low": math.sqrt(torch.finfo(torch.float32).tiny)}
-# Every family at sizes the CPU can check in seconds.
+# Every family at sizes the CPU can check in seconds, then the ports' route above n = 64 (the tridiagonalisation),
+# A a transposed view (column-major), and A a strided view.
 SMOKE_CASES = ([_case(3, 16, 2, 500 + i, family) for i, family in enumerate(FAMILIES)]
-               + [_case(2, 24, 0, 600 + i, family) for i, family in enumerate(LAPACK_TYPES)])
+               + [_case(2, 24, 0, 600 + i, family) for i, family in enumerate(LAPACK_TYPES)]
+               + [_case(1, 65, 2, 650, "dense", layout="transposed"), _case(3, 16, 2, 651, "mixed", layout="strided")])
 
 
 def case_name(case: dict) -> str:
-    return f"{case['batch']}x{case['n']}-{case['family']}-cond{case['cond']}"
+    layout = "" if case.get("layout", "contiguous") == "contiguous" else f"-{case['layout']}"
+    return f"{case['batch']}x{case['n']}-{case['family']}-cond{case['cond']}{layout}"
 
 
 def _symmetric(a):
@@ -232,9 +235,11 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     gen.manual_seed(seed)
     batch, n, family = case["batch"], case["n"], case["family"]
     if family in LAPACK_TYPES:
-        return _lapack(batch, n, family, gen, device).contiguous()
-    a = torch.randn((batch, n, n), device=device, generator=gen)
-    return (_mixed(a, case["cond"], gen) if family == "mixed" else _family(a, family, case["cond"], gen)).contiguous()
+        a = _lapack(batch, n, family, gen, device)
+    else:
+        a = torch.randn((batch, n, n), device=device, generator=gen)
+        a = _mixed(a, case["cond"], gen) if family == "mixed" else _family(a, family, case["cond"], gen)
+    return laid_out(a.contiguous(), case.get("layout", "contiguous"))
 
 
 def check_shape(a) -> None:
@@ -375,7 +380,7 @@ def vary(a, eigenvalues64, gen):
     eigenvalues s L: a new input with a known answer (the zero matrix stays itself)."""
     order = torch.randperm(a.shape[-1], generator=gen, device="cpu").to(a.device)
     factor = 2.0 if torch.randint(0, 2, (1,), generator=gen).item() else 0.5
-    return (a[:, order][:, :, order] * factor).contiguous(), eigenvalues64 * factor
+    return like_layout(a[:, order[:, None], order[None, :]] * factor, a), eigenvalues64 * factor
 
 
 def eigh_torch(a):
@@ -423,4 +428,5 @@ WORKLOAD = Workload(
     vary=vary,
     comparable=lambda output: output[1],
     bounded_check=bounded_check,
+    argument_names=("A",),
 )

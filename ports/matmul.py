@@ -16,7 +16,8 @@ import random
 
 import torch
 
-from ports import Check, Implementation, Needs, Workload, check_array, dtype_name, first_difference
+from ports import (Check, Implementation, Needs, Workload, check_array, dtype_name, first_difference, laid_out,
+                   like_layout)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OUTPUTS = ("same", "float32")
@@ -24,8 +25,8 @@ REL_FROBENIUS_LIMIT = 1e-2
 ELEMENT_RTOL = 2.0**-7  # twice bf16's rounding unit, relative to |ref| + rms(ref)
 
 
-def _case(m, n, k, seed, dtype="bfloat16", out="same"):
-    return dict(m=m, n=n, k=k, dtype=dtype, out=out, seed=seed)
+def _case(m, n, k, seed, dtype="bfloat16", out="same", layout="contiguous"):
+    return dict(m=m, n=n, k=k, dtype=dtype, out=out, seed=seed, layout=layout)
 
 
 BENCH_CASES = (
@@ -65,15 +66,18 @@ SHAPES_CASES = [
         ("llama-3.1-405b qkv", 1), ("llama-3.1-405b qkv", 16),
         # the bench shapes' neighbours (M next to the bench's 1, 16, 64, 128, 512, 1024 at 4096 x 4096)
         *[("llama-3.1-8b o_proj", m) for m in (2, 15, 65, 127, 513, 1025)]])]
-# float16 so that the Triton interpreter reads its inputs correctly on CPU.
+# float16 so that the Triton interpreter reads its inputs correctly on CPU; A and B as transposed (column-major)
+# and as strided views too.
 SMOKE_CASES = [
     _case(1, 64, 64, 21, "float16"), _case(7, 33, 40, 22, "float16"),
     _case(65, 70, 96, 23, "float16", out="float32"), _case(128, 128, 128, 24, "float16"),
+    _case(20, 48, 40, 25, "float16", layout="transposed"), _case(3, 40, 72, 26, "float16", layout="strided"),
 ]
 
 
 def case_name(case: dict) -> str:
-    return f"m{case['m']}-n{case['n']}-k{case['k']}-{case['dtype']}-out_{case['out']}"
+    layout = "" if case.get("layout", "contiguous") == "contiguous" else f"-{case['layout']}"
+    return f"m{case['m']}-n{case['n']}-k{case['k']}-{case['dtype']}-out_{case['out']}{layout}"
 
 
 def make_inputs(case: dict, seed: int, device="cpu"):
@@ -82,7 +86,8 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     dtype = DTYPES[case["dtype"]]
     a = torch.randn((case["m"], case["k"]), device=device, generator=gen).to(dtype)
     b = torch.randn((case["k"], case["n"]), device=device, generator=gen).to(dtype)
-    return a, b, case["out"]
+    layout = case.get("layout", "contiguous")
+    return laid_out(a, layout), laid_out(b, layout), case["out"]
 
 
 def validate(data) -> None:
@@ -170,8 +175,8 @@ PROPERTY_SIZES = {
     "gpu": dict(k=4096, n=4096, dtype="bfloat16", every_m=64,
                 sampled_m=(65, 96, 127, 128, 129, 255, 256, 257, 511, 777, 1000, 1024, 2047, 3001, 4096, 5555, 8192),
                 batch_sizes=(1, 3, 64, 100, 1000, 8192), repeats=100, repeat_m=1000),
-    "cpu": dict(k=200, n=48, dtype="float16", every_m=64, sampled_m=(), batch_sizes=(1, 3, 17, 64),
-                repeats=100, repeat_m=33),
+    "cpu": dict(k=200, n=48, dtype="float16", every_m=64, sampled_m=(65, 96, 129), batch_sizes=(1, 3, 17, 64),
+                repeats=100, repeat_m=65),
 }
 
 
@@ -241,7 +246,7 @@ def vary(data, expected, gen):
     a, b, out = data
     rows = torch.randperm(a.shape[0], generator=gen, device="cpu").to(a.device)
     cols = torch.randperm(b.shape[1], generator=gen, device="cpu").to(a.device)
-    return (a[rows], b[:, cols].contiguous(), out), expected[rows][:, cols]
+    return (like_layout(a[rows], a), like_layout(b[:, cols], b), out), expected[rows][:, cols]
 
 
 def matmul_torch(data):
@@ -300,4 +305,5 @@ WORKLOAD = Workload(
     properties=properties,
     property_sizes=PROPERTY_SIZES,
     benchmark_sets=("bench", "shapes"),
+    argument_names=("a", "b", "out"),
 )

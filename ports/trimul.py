@@ -24,16 +24,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ports import Check, Implementation, Needs, Workload, allclose_check, check_array, dtype_name
+from ports import (Check, Implementation, Needs, Workload, allclose_check, check_array, dtype_name, laid_out,
+                   like_layout)
 
 LAYER_NORM_EPS = 1e-5
 TOLERANCE = 2e-2  # GPU MODE's rtol = atol
 PROJECTIONS = ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate")
 
 
-def _case(seqlen, bs, dim, seed, nomask, distribution, hiddendim=128):
+def _case(seqlen, bs, dim, seed, nomask, distribution, hiddendim=128, mask_dtype="int64", layout="contiguous"):
     return dict(seqlen=seqlen, bs=bs, dim=dim, hiddendim=hiddendim, seed=seed, nomask=nomask,
-                distribution=distribution)
+                distribution=distribution, mask_dtype=mask_dtype, layout=layout)
 
 
 # Transcribed from GPU MODE's trimul task definition (the `tests` and `benchmarks` lists).
@@ -67,18 +68,23 @@ BENCH_CASES = [
     _case(1024, 1, 384, 23291, True, "normal"),
 ]
 # Small enough for the Triton interpreter and Pallas interpret mode on a CPU (seconds each);
-# every family: masked and unmasked, normal and Cauchy, batch 1 and 2, hidden 32 and 128.
+# every family: masked and unmasked, normal and Cauchy, batch 1 to 3, hidden 32 and 128, and what ports get wrong:
+# N that no tile of 16 divides, a float mask, x and the mask as strided and as transposed views.
 SMOKE_CASES = [
     _case(16, 1, 32, 11, True, "normal", hiddendim=32),
     _case(16, 2, 64, 12, False, "normal", hiddendim=32),
     _case(32, 1, 32, 13, False, "cauchy", hiddendim=32),
     _case(16, 1, 64, 14, True, "cauchy", hiddendim=128),
+    _case(20, 3, 32, 15, False, "normal", hiddendim=32, mask_dtype="float32", layout="strided"),
+    _case(24, 1, 32, 16, False, "cauchy", hiddendim=32, layout="transposed"),
 ]
 
 
 def case_name(case: dict) -> str:
-    mask = "nomask" if case["nomask"] else "mask"
-    return f"n{case['seqlen']}-b{case['bs']}-d{case['dim']}-h{case['hiddendim']}-{case['distribution']}-{mask}"
+    mask = "nomask" if case["nomask"] else "fmask" if case.get("mask_dtype") == "float32" else "mask"
+    layout = "" if case.get("layout", "contiguous") == "contiguous" else f"-{case['layout']}"
+    return (f"n{case['seqlen']}-b{case['bs']}-d{case['dim']}-h{case['hiddendim']}-{case['distribution']}-{mask}"
+            f"{layout}")
 
 
 def make_inputs(case: dict, seed: int, device="cpu"):
@@ -104,14 +110,16 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     if case["nomask"]:
         mask = torch.ones((batch, seq, seq), device=device, dtype=torch.float32)
     else:
-        mask = torch.randint(0, 2, (batch, seq, seq), device=device, generator=gen)
+        mask = torch.randint(0, 2, (batch, seq, seq), device=device, generator=gen).to(
+            getattr(torch, case.get("mask_dtype", "int64")))
     weights = {"norm.weight": randn(dim), "norm.bias": randn(dim)}
     for name in PROJECTIONS:
         weights[f"{name}.weight"] = randn(hidden, dim) / math.sqrt(hidden)
     weights["to_out_norm.weight"] = randn(hidden)
     weights["to_out_norm.bias"] = randn(hidden)
     weights["to_out.weight"] = randn(dim, hidden) / math.sqrt(dim)
-    return x, mask, weights, {"dim": dim, "hidden_dim": hidden}
+    layout = case.get("layout", "contiguous")
+    return laid_out(x, layout), laid_out(mask, layout), weights, {"dim": dim, "hidden_dim": hidden}
 
 
 def validate(data) -> None:
@@ -192,18 +200,40 @@ def cost(case: dict) -> tuple[float, float]:
     batch, seq, dim, hidden = case["bs"], case["seqlen"], case["dim"], case["hiddendim"]
     pairs = batch * seq * seq
     flops = 2 * pairs * dim * 5 * hidden + 2 * batch * hidden * seq**3 + 2 * pairs * hidden * dim
-    mask_bytes = 4 if case["nomask"] else 8  # GPU MODE: float32 ones, or int64 0/1
+    mask_bytes = 4 if case["nomask"] or case.get("mask_dtype") == "float32" else 8  # float32, or int64 0/1
     weight_bytes = 4 * (6 * hidden * dim + 2 * dim + 2 * hidden)
     return float(flops), float(pairs * dim * 4 * 2 + pairs * mask_bytes + weight_bytes)
 
 
 def vary(data, expected, gen):
-    """TriMul commutes with one permutation of the sequence axis applied to i, j and k alike:
-    permuting x and the mask permutes the answer the same way, so a new input costs a gather."""
+    """A never-seen input whose answer follows from a known one, every argument new (no memo, by address or by
+    value, can answer it), from four symmetries of TriMul, each drawn at random:
+    - one permutation of the sequence axis for i, j and k alike (x and the mask; the answer's i and j);
+    - a permutation of the input channels (x's last axis, the first LayerNorm's weight and bias, the projections'
+      columns and to_out's rows; the answer's last axis);
+    - a permutation of the hidden channels (the projections' rows, the output LayerNorm's weight and bias and
+      to_out's columns), which leaves the answer as it is;
+    - the same hidden channels' rows of left_proj and right_proj negated: each product left * right is unchanged.
+    Each tensor is one gather (x, the mask and the answer at once over all their permuted axes)."""
     x, mask, weights, config = data
-    order = torch.randperm(x.shape[1], generator=gen, device="cpu").to(x.device)
-    permute = lambda t: t[:, order][:, :, order]  # noqa: E731
-    return (permute(x), permute(mask), weights, config), permute(expected)
+    hidden = weights["to_out.weight"].shape[1]
+
+    def order(size):
+        return torch.randperm(size, generator=gen, device="cpu").to(x.device)
+
+    rows, inputs, channels = order(x.shape[1]), order(x.shape[3]), order(hidden)
+    signs = (2.0 * torch.randint(0, 2, (hidden, 1), generator=gen) - 1.0).to(x.device)
+    varied = {"norm.weight": weights["norm.weight"][inputs], "norm.bias": weights["norm.bias"][inputs],
+              "to_out_norm.weight": weights["to_out_norm.weight"][channels],
+              "to_out_norm.bias": weights["to_out_norm.bias"][channels],
+              "to_out.weight": weights["to_out.weight"][inputs[:, None], channels[None, :]]}
+    for name in PROJECTIONS:
+        varied[f"{name}.weight"] = weights[f"{name}.weight"][channels[:, None], inputs[None, :]]
+    varied["left_proj.weight"] *= signs
+    varied["right_proj.weight"] *= signs
+    pairs = (slice(None), rows[:, None, None], rows[None, :, None], inputs[None, None, :])
+    return ((like_layout(x[pairs], x), like_layout(mask[:, rows[:, None], rows[None, :]], mask), varied, dict(config)),
+            expected[pairs])
 
 
 def _run_without_tf32(forward, data):
@@ -299,4 +329,5 @@ WORKLOAD = Workload(
     ),
     baseline="torch",
     vary=vary,
+    argument_names=("x", "mask", "weights", "config"),
 )

@@ -1,5 +1,8 @@
 """The driver, its command line and `--variant`, on TriMul: its ports, its baselines and planted implementations
-(a cached answer, a raise, NaN, a wrong shape) that the driver must report as failing, never as fast."""
+(a cached answer, a raise, NaN, a wrong shape) that the driver must report as failing, never as fast; and the cheats
+(a port right on every input but the ones the driver might never make) that each workload's default CPU case set
+must catch."""
+import collections
 import dataclasses
 import json
 
@@ -10,6 +13,8 @@ import ports
 from compare.__main__ import main as compare_main
 from compare.driver import Settings, run
 from ports import Implementation
+from ports import eigh as eigh_spec
+from ports import matmul as matmul_spec
 from ports import trimul as spec
 
 ON_GPU = torch.cuda.is_available()
@@ -81,16 +86,25 @@ def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch,
     assert status["cached"]["status"] == "fail"
     assert "outputs wrong" in status["cached"]["reason"]
     assert "geomean_ms" not in record["summary"]["smoke"]["cached"]
-    calls = 2 + 4 * (3 if timer == "all" else 1)  # the first call and the warm-up, then each timed input
-    assert status["torch"]["status"] == "pass" and status["torch"]["checked"] == f"{calls}/{calls} outputs passed"
+    # the first call and the warm-up, each timed input once a timer, then untimed inputs up to the drawn count
+    passed, calls = map(int, status["torch"]["checked"].split()[0].split("/"))
+    assert status["torch"]["status"] == "pass" and passed == calls
+    assert 4 + 1 <= calls - 2 - 4 * (2 if timer == "all" else 0) <= 4 + 2
 
 
-def test_driver_time_budget_stops_slow_cases_after_three_runs(tmp_path):
+def test_driver_draws_each_cases_call_count_afresh():
+    from compare.driver import extra_calls
+
+    assert {extra_calls(10) for _ in range(200)} == {1, 2, 3, 4, 5} and {extra_calls(1) for _ in range(20)} == {1}
+
+
+def test_driver_time_budget_ends_the_timing_after_three_runs_never_the_checks(tmp_path):
     settings = Settings(pool=2, min_iters=40, max_iters=40, min_seconds=0.0, max_seconds=1e-9, timed=True)
     record = run(planted_workload(), ["torch"], ["smoke:0"], tmp_path / "r.json", settings,
                  progress=lambda message: None)
     result = record["results"][0]
-    assert result["status"] == "pass" and result["runs"] == 3 and result["checked"] == "5/5 outputs passed"
+    passed, calls = map(int, result["checked"].split()[0].split("/"))
+    assert result["status"] == "pass" and result["runs"] == 3 and passed == calls >= 2 + 41
 
 
 def test_driver_isolates_failures_and_keeps_results(tmp_path):
@@ -191,3 +205,102 @@ def test_cli_rejects_bad_variants_with_code_2(tmp_path, capsys, trimul_variant, 
     spec_text = variant.format(file=file, missing=tmp_path / "missing.py")
     assert compare_main(["trimul", "--variant", spec_text, "--cases", "smoke:0"]) == 2
     assert message in capsys.readouterr().err
+
+
+# --- cheats: each right wherever the driver once looked, wrong where it did not; each must fail the default CPU set
+
+def wrong(output):
+    return output * 1.5
+
+
+def weights_address_cached_trimul(data, _memory={}):
+    key = data[2]["left_proj.weight"].data_ptr()  # the weights never changed between calls: a memo by their address
+    if key not in _memory:
+        _memory[key] = spec.trimul_torch_fp32(data)
+    return _memory[key].clone()
+
+
+def float_mask_as_ones_trimul(data):
+    x, mask, weights, config = data
+    return spec.trimul_torch_fp32((x, torch.ones_like(mask) if mask.is_floating_point() else mask, weights, config))
+
+
+def wrong_at_batch_three_trimul(data):
+    output = spec.trimul_torch_fp32(data)
+    return wrong(output) if data[0].shape[0] >= 3 else output
+
+
+def wrong_at_ragged_n_trimul(data):
+    output = spec.trimul_torch_fp32(data)
+    return wrong(output) if data[0].shape[1] % 16 else output
+
+
+def wrong_on_views_trimul(data):
+    output = spec.trimul_torch_fp32(data)
+    return output if data[0].is_contiguous() else wrong(output)
+
+
+def wrong_from_the_13th_call_trimul(data, _calls=collections.Counter()):
+    shape = tuple(data[0].shape)
+    _calls[shape] += 1  # --iters 10 once made exactly 12 calls a case
+    output = spec.trimul_torch_fp32(data)
+    return wrong(output) if _calls[shape] >= 13 else output
+
+
+def wrong_from_the_6th_call_trimul(data, _calls=collections.Counter()):
+    shape = tuple(data[0].shape)
+    _calls[shape] += 1  # a slow port's time budget once ended its checks after 5 calls
+    output = spec.trimul_torch_fp32(data)
+    return wrong(output) if _calls[shape] >= 6 else output
+
+
+def scales_x_in_place_trimul(data):
+    output = spec.trimul_torch_fp32(data)
+    data[0].mul_(2.0)  # after computing: the output LayerNorm would hide a scaled x from the check
+    return output
+
+
+def writes_the_answer_into_a_eigh(a):
+    values = torch.linalg.eigvalsh(a)
+    a.copy_(torch.diag_embed(values))  # then Q = I satisfies A Q = Q L for the A the check would read after the call
+    return torch.eye(a.shape[-1]).expand_as(a).contiguous(), values
+
+
+def wrong_above_64_eigh(a):
+    vectors, values = eigh_spec.eigh_torch(a)
+    return vectors, values * 1.01 if a.shape[-1] > 64 else values
+
+
+def last_bit_varies_above_64_matmul(data, _calls=[0]):
+    output = matmul_spec.matmul_torch(data)
+    _calls[0] += 1
+    if data[0].shape[0] > 64 and _calls[0] % 2:
+        bits = output.view({2: torch.int16, 4: torch.int32}[output.element_size()])
+        bits[0, 0] ^= 1  # within every tolerance: only the run-to-run property can see it
+    return output
+
+
+CHEATS = [  # (workload, planted port, settings, what the failure names)
+    ("trimul", "weights_address_cached", Settings(timed=False), "outputs wrong"),
+    ("trimul", "float_mask_as_ones", Settings(timed=False), "n20-b3-d32-h32-normal-fmask-strided"),
+    ("trimul", "wrong_at_batch_three", Settings(timed=False), "n20-b3"),
+    ("trimul", "wrong_at_ragged_n", Settings(timed=False), "n20-b3"),
+    ("trimul", "wrong_on_views", Settings(timed=False), "strided"),
+    ("trimul", "wrong_from_the_13th_call", Settings(timed=False), "call 13"),
+    ("trimul", "wrong_from_the_6th_call", Settings(min_seconds=0.0, max_seconds=1e-9), "call 6"),
+    ("trimul", "scales_x_in_place", Settings(timed=False), "wrote into its input (x)"),
+    ("eigh", "writes_the_answer_into_a", Settings(timed=False), "wrote into its input (A)"),
+    ("eigh", "wrong_above_64", Settings(timed=False), "1x65"),
+    ("matmul", "last_bit_varies_above_64", Settings(timed=False), "run-to-run determinism"),
+]
+
+
+@pytest.mark.parametrize("workload, cheat, settings, named", CHEATS, ids=[cheat for _, cheat, _, _ in CHEATS])
+def test_every_cheat_fails_the_driver_on_the_default_cpu_set(workload, cheat, settings, named):
+    registered = ports.get_workload(workload)
+    planted = Implementation(cheat, "torch", "triton", cheat, f"test_driver:{cheat}_{workload}")
+    record = run(dataclasses.replace(registered, implementations=registered.implementations + (planted,)), [cheat],
+                 ["smoke"], None, settings, progress=lambda message: None)
+    failed = [f"{r['case']}: {r['reason']}" for r in record["results"] if r["status"] != "pass"]
+    failed += [p["property"] for p in record.get("properties", []) if p["passed"] is False]
+    assert failed and any(named in failure for failure in failed), failed
