@@ -5,7 +5,8 @@ Per case and implementation found in both runs:
 - bits changed: the output on the case's seeded first input has other bits than the saved run's. Compared only
   between runs on the same GPU with the same library versions (a regression for a port; for a library baseline it
   is reported and is not one: cuBLAS and XLA promise no bits across versions); where the GPU or a version differs,
-  changed bits are listed apart and are no regression;
+  changed bits are listed apart and are no regression, and so is a result either run holds no digest of (runs
+  written before digests were), "bits not compared";
 - slower: median time above the saved one by more than 10% and by more than 3 of the saved run's interquartile
   ranges (its spread: the baseline's noise), a regression; faster by the same rule, reported;
 - newly passing, reported.
@@ -26,16 +27,23 @@ SLOWER_IQRS = 3.0
 NOISE_RULE = (f"slower or faster: the median moved by more than {SLOWER_FRACTION:.0%} and by more than "
               f"{SLOWER_IQRS:g} x the saved run's interquartile range")
 BITS_IGNORE = ("python", "numpy")  # versions that do not touch a GPU's output bits
+RESULT_KEYS = ("case_set", "case", "impl", "status")  # what every result of a saved run must name
 
 
 def load_saved(path: Path, workload: str) -> dict:
-    """The saved run, or ValueError saying why it cannot be compared with a run of `workload`."""
+    """The saved run, or ValueError (one line, naming the file) saying why it cannot be compared with a run of
+    `workload`: a file that cannot be read, is not JSON, or is JSON of another shape than the driver writes."""
     try:
-        saved = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"--against {path}: cannot read a results JSON ({error})") from error
-    if not isinstance(saved, dict) or "results" not in saved:
-        raise ValueError(f"--against {path}: not a results JSON of the driver (no 'results')")
+        saved = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as error:  # UnicodeDecodeError (a PNG, say) and JSONDecodeError are ValueErrors
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"--against {path}: cannot read a results JSON ({reason})") from error
+    if not isinstance(saved, dict) or not isinstance(saved.get("results"), list):
+        raise ValueError(f"--against {path}: not a results JSON of the driver (no list of 'results')")
+    for index, entry in enumerate(saved["results"]):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(key), str) for key in RESULT_KEYS):
+            raise ValueError(f"--against {path}: not a results JSON of the driver (results[{index}] is not a "
+                             f"result with {', '.join(RESULT_KEYS)})")
     if saved.get("workload") != workload:
         raise ValueError(f"--against {path}: a run of {saved.get('workload')!r}, not of {workload!r}")
     return saved
@@ -105,7 +113,11 @@ def compare_runs(saved: dict, new: dict, library: set[str]) -> list[dict]:
             add(where, "newly failing", now.reason or "", True)
         elif not then.passed and now.passed:
             add(where, "newly passing", f"was {then.status}: {then.reason or ''}", False)
-        if then.output_sha256 and now.output_sha256 and then.output_sha256 != now.output_sha256:
+        if then.passed and now.passed and not (then.output_sha256 and now.output_sha256):
+            which = "either run" if not (then.output_sha256 or now.output_sha256) else (
+                "the saved run" if not then.output_sha256 else "this run")
+            add(where, "bits not compared", f"no output digest in {which}", False)
+        elif then.output_sha256 and now.output_sha256 and then.output_sha256 != now.output_sha256:
             if bits_apart:
                 add(where, "bits differ", f"other GPU or versions ({bits_apart}): not compared", False)
             else:
@@ -138,8 +150,10 @@ def report(changes: list[dict], saved: dict, new: dict, path) -> str:
         lines.append("  times not compared: the saved run used another timer or device "
                      f"({saved.get('settings', {}).get('timer')} on {saved.get('device')})")
     bits_apart = bits_differ_because(saved, new)
+    undigested = sum(change["change"] == "bits not compared" for change in changes)
     lines.append(f"  bits: not compared, {bits_apart}" if bits_apart else
-                 "  bits: compared (the same device and library versions)")
+                 "  bits: compared (the same device and library versions)" + (
+                     f", but not for {undigested} result(s) without an output digest" if undigested else ""))
     moved_libraries = library_moves(changes)
     if moved_libraries:
         first = moved_libraries[0]
@@ -148,11 +162,11 @@ def report(changes: list[dict], saved: dict, new: dict, path) -> str:
                      "that size may be the machine's, not the port's; an A/B in one run (--variant) settles it")
     if not changes:
         lines.append("  nothing moved")
-    apart = ("bits differ", "skipped in both", "skipped now", "was skipped", "new", "not rerun")
+    apart = ("bits differ", "bits not compared", "skipped in both", "skipped now", "was skipped", "new", "not rerun")
     for change in sorted(changes, key=lambda c: (not c["regression"], c["change"] in apart, c["case_set"], c["case"],
                                                  c["impl"])):
         mark = "REGRESSION" if change["regression"] else "moved" if change["change"] not in apart else "apart"
-        lines.append(f"  {mark:10} {change['change']:15} {change['impl']:12} {change['case_set']}:{change['case']}"
+        lines.append(f"  {mark:10} {change['change']:17} {change['impl']:12} {change['case_set']}:{change['case']}"
                      f"  {change['detail']}")
     regressions = sum(c["regression"] for c in changes)
     lines.append(f"  {regressions} regression(s), {len(changes) - regressions} other change(s)")

@@ -312,6 +312,31 @@ def test_against_takes_its_noise_from_the_saved_run_and_bits_only_from_the_same_
         compare_runs(saved, dict(upgraded, results=[dict(upgraded["results"][0], case="other")]), set())
 
 
+def test_against_says_which_bits_it_could_not_compare_and_refuses_what_is_not_a_run(tmp_path, monkeypatch, capsys):
+    """A saved run without output digests: each such result is listed as "bits not compared" and counted on the
+    bits line, never "nothing moved". A file that is not JSON (a PNG) or JSON of another shape: one line naming it,
+    exit 2, no traceback."""
+    monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload())
+    saved = tmp_path / "saved.json"
+    assert compare_main(["double", "--impl", "first", "--cases", "smoke", "--json", str(saved)]) == 0
+    record = json.loads(saved.read_text())
+    for result in record["results"]:
+        del result["output_sha256"]
+    saved.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert compare_main(["double", "--impl", "first", "--cases", "smoke", "--against", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing moved" not in out and "but not for 2 result(s) without an output digest" in out
+    assert out.count("bits not compared") == 2 and "no output digest in the saved run" in out
+    for name, content in (("chart.png", b"\x89PNG\r\n\x1a\n\x00\xff"), ("list.json", b"[1, 2]"),
+                          ("shape.json", json.dumps({"workload": "double", "results": [{"impl": 3}]}).encode())):
+        (tmp_path / name).write_bytes(content)
+        assert compare_main(["double", "--impl", "first", "--cases", "smoke", "--against", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and str(tmp_path / name) in err and "Traceback" not in err
+
+
 def test_against_warns_when_a_library_baselines_time_moved_too():
     # on the H200, another host of the same GPU moved every host clock, torch_compile's (no code of ours) included
     from compare.regression import compare_runs, report
