@@ -176,7 +176,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
 
     `tiles` overrides the tiling chosen for M (used to test which tilings keep the bits).
     """
-    validate(data)
+    validate(data, "torch")
     a, b, _ = data
     (m, k), n = a.shape, b.shape[1]
     tiles = tiles or gluon_tiling(m, n)

@@ -127,7 +127,9 @@ def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_ptr, gated
         seen = (d0 + TILE_DIM) * 1.0
         mean += delta * (TILE_DIM / seen)
         m2 += gl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
-    rstd = 1.0 / gl.sqrt(m2 / DIM + eps)
+    # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
+    # instead, which the port refuses (refuse_non_finite)
+    rstd = gl.where(m2 < float("inf"), 1.0 / gl.sqrt(m2 / DIM + eps), float("nan"))
     xn_smem = gl.allocate_shared_memory(gl.float16, [CHUNKS, PAIRS, TILE_DIM],
                                         gl.NVMMASharedLayout.get_default_for([PAIRS, TILE_DIM], gl.float16))
     for chunk in gl.static_range(CHUNKS):
@@ -256,7 +258,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
     Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
     """
-    validate(data)
+    validate(data, "torch")
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]

@@ -1,17 +1,11 @@
-"""What the Mosaic GPU ports share: the interpreter's parameters across jax versions, and the swizzled
-shared-memory layout that wgmma reads and TMA writes."""
+"""What the Mosaic GPU ports share: the interpreter's parameters, and the swizzled shared-memory layout that wgmma
+reads and TMA writes."""
 from __future__ import annotations
 
 import jax.numpy as jnp
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-try:  # public from jax 0.11
-    interpret_params = plgpu.InterpretGPUParams
-    INTERPRETER_READS_PAST_THE_ARRAY = INTERPRETER_TRANSPOSES_OPERANDS = True
-except AttributeError:  # jax 0.10's interpreter is private, raises on TMA reads past the array and cannot take a
-    # transposed wgmma operand
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as interpret_params
-    INTERPRETER_READS_PAST_THE_ARRAY = INTERPRETER_TRANSPOSES_OPERANDS = False
+interpret_params = plgpu.InterpretGPUParams
 
 
 def swizzle(width: int, dtype) -> int:

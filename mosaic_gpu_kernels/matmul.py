@@ -44,8 +44,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from mosaic_gpu_kernels.common import (INTERPRETER_READS_PAST_THE_ARRAY, INTERPRETER_TRANSPOSES_OPERANDS,
-                                       interpret_params, swizzle, swizzled_layout)
+from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
 from ports.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
 from ports.matmul_common import PROGRAMS_WANTED, SMALL_M
@@ -224,13 +223,10 @@ def _matmul(a, b, *, out, tiles: MosaicTiling, interpret: bool, a_transposed: bo
     )(a, b)
 
 
-def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling, whole_tiles: bool,
+def padded_shape(m: int, n: int, k: int, out: str, tiles: MosaicTiling,
                  a_transposed: bool = False) -> tuple[int, int, int]:
-    """(M, N, K) as the kernel gets them: whole tiles for an interpreter that cannot read past the array, else the
-    least padding the swizzled layouts allow (M a whole swizzle width where A^T's rows are M long)."""
-    if whole_tiles:
-        return tuple(-(-size // tile) * tile
-                     for size, tile in ((m, tiles.tile_m), (n, tiles.tile_n), (k, tiles.tile_k)))
+    """(M, N, K) as the kernel gets them: the least padding the swizzled layouts allow (M a whole swizzle width where
+    A^T's rows are M long)."""
     out_dtype = jnp.float32 if out == "float32" else jnp.bfloat16
     out_width = tiles.tile_n if tiles.compute_warpgroups == 1 else EPILOGUE_TILE
     in_elements = swizzle(tiles.tile_n, jnp.bfloat16) // 2
@@ -244,14 +240,14 @@ def matmul(data):
 
     Runs the compiled kernel on a GPU and Mosaic GPU's interpreter elsewhere.
     """
-    validate(data)
+    validate(data, "jax")
     return _product(*data)
 
 
 def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: bool = False):
     """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
     is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
-    validate_batch(a, b, out, a_transposed, b_transposed)
+    validate_batch(a, b, out, a_transposed, b_transposed, framework="jax")
     return _product(a, b, out, a_transposed, b_transposed)
 
 
@@ -263,12 +259,7 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tiles = mosaic_tiling(m, n, out)
     interpret = jax.default_backend() != "gpu"
-    if interpret and not INTERPRETER_TRANSPOSES_OPERANDS:  # jax 0.10 on a CPU: XLA transposes A^T and B^T
-        a = jnp.swapaxes(a, -1, -2) if a_transposed else a
-        b = jnp.swapaxes(b, -1, -2) if b_transposed else b
-        a_transposed = b_transposed = False
-    pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=interpret and not INTERPRETER_READS_PAST_THE_ARRAY,
-                              a_transposed=a_transposed)
+    pm, pn, pk = padded_shape(m, n, k, out, tiles, a_transposed=a_transposed)
     if (pm, pk) != (m, k):
         a = zero_padded(a, shape=(*batch, *((pk, pm) if a_transposed else (pm, pk))))
     if (pk, pn) != (k, n):

@@ -85,7 +85,10 @@ def _layer_norm_kernel(x_gmem, gamma_gmem, beta_gmem, normed_gmem, x_smem, gamma
 
     mean = sum(jnp.sum(x(c), axis=1) for c in pieces) / dim
     centred = [x(c) - rows(mean) for c in pieces]
-    rstd = lax.rsqrt(sum(jnp.sum(v * v, axis=1) for v in centred) / dim + LAYER_NORM_EPS)
+    squares = sum(jnp.sum(v * v, axis=1) for v in centred)
+    # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
+    # instead, which the port refuses (refuse_non_finite)
+    rstd = jnp.where(squares < jnp.inf, lax.rsqrt(squares / dim + LAYER_NORM_EPS), jnp.nan)
     for c in pieces:
         normed = (x(c) - rows(mean)) * rows(rstd) * columns(gamma_smem, c) + columns(beta_smem, c)
         plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this buffer's store before the last is done
@@ -285,7 +288,7 @@ def trimul(data):
     Runs the compiled kernels on a GPU and Mosaic GPU's interpreter elsewhere. Raises Float16RangeError where the
     input overflows the float16 intermediates (`refuse_non_finite`).
     """
-    validate(data)
+    validate(data, "jax")
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     seq = padded_length(length, SEQUENCE_MULTIPLE)

@@ -88,14 +88,14 @@ def matmul(data):
 
     Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
     """
-    validate(data)
+    validate(data, "jax")
     return _product(*data)
 
 
 def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: bool = False):
     """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
     is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
-    validate_batch(a, b, out, a_transposed, b_transposed)
+    validate_batch(a, b, out, a_transposed, b_transposed, framework="jax")
     return _product(a, b, out, a_transposed, b_transposed)
 
 

@@ -55,7 +55,9 @@ def _row_statistics(x_ref, row0, *, dim, rows, tile_dim):
 
     zeros = jnp.zeros((rows,), jnp.float32)
     mean, m2 = jax.lax.fori_loop(0, dim // tile_dim, step, (zeros, zeros))
-    return mean, 1.0 / jnp.sqrt(m2 / dim + LAYER_NORM_EPS)
+    # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
+    # instead, which the port refuses (refuse_non_finite)
+    return mean, jnp.where(m2 < jnp.inf, 1.0 / jnp.sqrt(m2 / dim + LAYER_NORM_EPS), jnp.nan)
 
 
 def _layer_norm_kernel(x_ref, norm_weight_ref, norm_bias_ref, normed_ref, *, dim, rows, tile_dim):
@@ -200,7 +202,7 @@ def trimul(data):
     Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere. Raises Float16RangeError where the
     input overflows the float16 intermediates (`refuse_non_finite`).
     """
-    validate(data)
+    validate(data, "jax")
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     seq = padded_length(length)

@@ -77,7 +77,6 @@ class Needs:
     # unless `gpu` is set too
     capability: tuple[int, int] | None = None
     versions: tuple[tuple[str, str], ...] = ()  # the least versions of packages, e.g. (("jax", "0.11"),)
-    interpreter_versions: tuple[tuple[str, str], ...] = ()  # the same, for the interpreter on a machine without GPU
 
     def missing(self) -> str | None:
         """Why the implementation cannot run on this machine, or None when it can."""
@@ -85,23 +84,15 @@ class Needs:
 
         import torch
 
-        def too_old(versions, what: str) -> str | None:
-            for package, least in versions:
-                try:
-                    found = importlib.metadata.version(package)
-                except importlib.metadata.PackageNotFoundError:
-                    return f"needs {package} >= {least}{what}, not installed"
-                if _version_tuple(found) < _version_tuple(least):
-                    return f"needs {package} >= {least}{what}, found {found}"
-            return None
-
-        missing = too_old(self.versions, "")
-        if missing:
-            return missing
+        for package, least in self.versions:
+            try:
+                found = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                return f"needs {package} >= {least}, not installed"
+            if _version_tuple(found) < _version_tuple(least):
+                return f"needs {package} >= {least}, found {found}"
         if not torch.cuda.is_available():
-            if self.gpu:
-                return "needs a CUDA GPU (no interpreter runs it)"
-            return too_old(self.interpreter_versions, " for its interpreter without a GPU")
+            return "needs a CUDA GPU (no interpreter runs it)" if self.gpu else None
         if self.capability and torch.cuda.get_device_capability() < self.capability:
             major, minor = torch.cuda.get_device_capability()
             return f"needs compute capability {self.capability[0]}.{self.capability[1]}, found {major}.{minor}"
@@ -210,18 +201,25 @@ class Workload:
         raise KeyError(f"unknown implementation {name!r} for {self.name}; valid: {valid}")
 
 
-def check_array(name: str, value) -> None:
-    """Raise a TypeError naming the argument unless `value` is a torch tensor or a JAX array (a NumPy array or a
-    list is refused here, before any port reaches for what only those two have)."""
-    if not _array_type(type(value)):
+def check_array(name: str, value, framework: str | None = None) -> None:
+    """Raise a TypeError naming the argument unless `value` is an array of `framework` ("torch": a torch tensor;
+    "jax": a JAX array; None: either). A NumPy array or a list is refused here, before any port reaches for what
+    only those two have; so is the other framework's array: a port takes its own framework's, and
+    `custom_kernel` is what converts between them (its cost is measured, never hidden in a port)."""
+    found = _array_type(type(value))
+    if found is None or framework not in (None, found):
         module = type(value).__module__.split(".")[0]
         shown = type(value).__name__ if module == "builtins" else f"{module}.{type(value).__qualname__}"
-        raise TypeError(f"{name} must be a torch tensor or a JAX array, got {shown}")
+        wanted = {"torch": "a torch tensor", "jax": "a JAX array", None: "a torch tensor or a JAX array"}[framework]
+        hint = (f"; this implementation runs in {framework}, and ports.custom_kernel(workload, implementation) takes "
+                "either" if found else "")
+        raise TypeError(f"{name} must be {wanted}, got {shown}{hint}")
 
 
 @functools.cache
-def _array_type(cls: type) -> bool:  # by type, once: the ports validate about a dozen arrays a call
-    return cls.__module__.split(".")[0] in ("torch", "jax", "jaxlib")
+def _array_type(cls: type) -> str | None:  # by type, once: the ports validate about a dozen arrays a call
+    """"torch" or "jax" for the class of an array of that framework (a tracer or a fake tensor too), else None."""
+    return {"torch": "torch", "jax": "jax", "jaxlib": "jax"}.get(cls.__module__.split(".")[0])
 
 
 def dtype_name(value) -> str:

@@ -242,10 +242,10 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     return laid_out(a.contiguous(), case.get("layout", "contiguous"))
 
 
-def check_shape(a) -> None:
+def check_shape(a, framework: str | None = None) -> None:
     """Raise a ValueError or TypeError naming the problem when `a` (a torch or JAX array) is not a batch of square
     float32 matrices."""
-    check_array("A", a)
+    check_array("A", a, framework)
     if len(a.shape) != 3:
         raise ValueError(f"A must have shape [batch, n, n], got {tuple(a.shape)}")
     if a.shape[1] != a.shape[2]:
@@ -264,9 +264,9 @@ def check_values(finite: bool, largest: float, asymmetry: float) -> None:
         raise ValueError(f"A is not symmetric: max |A - A^T| = {asymmetry:.3g}")
 
 
-def validate(a) -> None:
+def validate(a, framework: str | None = None) -> None:
     """`check_shape` and `check_values` by torch reductions, before the call: the baselines' checks."""
-    check_shape(a)
+    check_shape(a, framework)
     a = a if isinstance(a, torch.Tensor) else torch.from_dlpack(a)  # a JAX array, viewed without a copy
     if not a.numel():
         return
@@ -385,7 +385,7 @@ def vary(a, eigenvalues64, gen):
 
 def eigh_torch(a):
     """torch.linalg.eigh (cuSOLVER on the GPU)."""
-    validate(a)
+    validate(a, "torch")
     values, vectors = torch.linalg.eigh(a)
     return vectors, values
 
@@ -404,7 +404,7 @@ def _jitted_eigh():
 
 def eigh_jax(a):
     """jnp.linalg.eigh under jax.jit."""
-    validate(a)
+    validate(a, "jax")
     return _jitted_eigh()(a)
 
 

@@ -90,23 +90,25 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     return laid_out(a, layout), laid_out(b, layout), case["out"]
 
 
-def validate(data) -> None:
-    """Raise a ValueError or TypeError naming the argument when `data` is not (a, b, out)."""
+def validate(data, framework: str | None = None) -> None:
+    """Raise a ValueError or TypeError naming the argument when `data` is not (a, b, out) of `framework`'s arrays
+    ("torch", "jax"; None: either)."""
     if not isinstance(data, (tuple, list)) or len(data) != 3:
         raise TypeError("matmul input must be a tuple (a, b, out)")
     a, b, out = data
-    check_array("a", a)
-    check_array("b", b)
+    check_array("a", a, framework)
+    check_array("b", b, framework)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"a and b must be 2-D, got a {tuple(a.shape)} and b {tuple(b.shape)}")
     _validate_product(a, b, out, a.shape, b.shape)
 
 
-def validate_batch(a, b, out, a_transposed: bool = False, b_transposed: bool = False) -> None:
+def validate_batch(a, b, out, a_transposed: bool = False, b_transposed: bool = False,
+                   framework: str | None = None) -> None:
     """`validate` for a port's `batched_matmul`: a [B, M, K] and b [B, K, N] (a_transposed: A^T, [B, K, M];
     b_transposed: B^T, [B, N, K]) with one B >= 1, each product as `validate` takes it."""
-    check_array("a", a)
-    check_array("b", b)
+    check_array("a", a, framework)
+    check_array("b", b, framework)
     a_form, b_form = "[B, K, M]" if a_transposed else "[B, M, K]", "[B, N, K]" if b_transposed else "[B, K, N]"
     if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0] or a.shape[0] < 1:
         raise ValueError(f"a batch of products takes a {a_form} and b {b_form} with one B >= 1, got a "
@@ -251,7 +253,7 @@ def vary(data, expected, gen):
 
 def matmul_torch(data):
     """cuBLAS through torch (fp32 output through torch.mm's out_dtype on CUDA)."""
-    validate(data)
+    validate(data, "torch")
     a, b, out = data
     if out == "float32":
         if a.is_cuda:
@@ -274,7 +276,7 @@ def _jitted_dot():
 
 def matmul_xla(data):
     """XLA's dot through jax.jit, fp32 accumulation."""
-    validate(data)
+    validate(data, "jax")
     a, b, out = data
     return _jitted_dot()(a, b, out=out)
 

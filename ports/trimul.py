@@ -122,16 +122,14 @@ def make_inputs(case: dict, seed: int, device="cpu"):
     return laid_out(x, layout), laid_out(mask, layout), weights, {"dim": dim, "hidden_dim": hidden}
 
 
-def validate(data) -> None:
-    """Raise a ValueError or TypeError naming the argument when `data` is not a TriMul input.
-
-    Works on torch tensors and JAX arrays alike (only .shape and .dtype are read).
-    """
+def validate(data, framework: str | None = None) -> None:
+    """Raise a ValueError or TypeError naming the argument when `data` is not a TriMul input of `framework`'s
+    arrays ("torch", "jax"; None: either; only .shape and .dtype are read)."""
     if not isinstance(data, (tuple, list)) or len(data) != 4:
         raise TypeError("trimul input must be a tuple (x, mask, weights, config)")
     x, mask, weights, config = data
-    check_array("x", x)
-    check_array("mask", mask)
+    check_array("x", x, framework)
+    check_array("mask", mask, framework)
     if len(x.shape) != 4 or x.shape[1] != x.shape[2]:
         raise ValueError(f"x must have shape [B, N, N, dim], got {tuple(x.shape)}")
     if min(x.shape) < 1:
@@ -146,6 +144,8 @@ def validate(data) -> None:
     if not isinstance(config, dict) or "hidden_dim" not in config:
         raise TypeError("config must be a dict with 'hidden_dim' (and 'dim')")
     hidden = config["hidden_dim"]
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+        raise ValueError(f"config['hidden_dim'] must be a positive integer, got {hidden!r}")
     if config.get("dim", dim) != dim:
         raise ValueError(f"config['dim'] = {config['dim']} but x has dim {dim}")
     expected = {"norm.weight": (dim,), "norm.bias": (dim,), "to_out_norm.weight": (hidden,),
@@ -156,7 +156,7 @@ def validate(data) -> None:
     for name, shape in expected.items():
         if name not in weights:
             raise ValueError(f"weights[{name!r}] is missing")
-        check_array(f"weights[{name!r}]", weights[name])
+        check_array(f"weights[{name!r}]", weights[name], framework)
         if tuple(weights[name].shape) != shape:
             raise ValueError(f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}")
         if dtype_name(weights[name]) != "float32":
@@ -238,7 +238,7 @@ def vary(data, expected, gen):
 
 def _run_without_tf32(forward, data):
     """forward(x, mask, weights, hidden) with TF32 matmuls off, as GPU MODE's reference runs."""
-    validate(data)
+    validate(data, "torch")
     x, mask, weights, config = data
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -296,7 +296,7 @@ def _jitted_forward():
 
 def trimul_jax_xla(data):
     """jax.jit of the same float32 computation (XLA, precision HIGHEST: no TF32)."""
-    validate(data)
+    validate(data, "jax")
     x, mask, weights, config = data
     return _jitted_forward()(x, mask, weights, hidden=config["hidden_dim"])
 
@@ -316,10 +316,9 @@ WORKLOAD = Workload(
                        "gluon_kernels.trimul:trimul", Needs(gpu=True, capability=(9, 0))),
         Implementation("pallas", "jax", "pallas-triton", "Pallas port (Triton lowering, fp16 tensor cores)",
                        "pallas_kernels.trimul:trimul"),
-        # jax 0.10's Mosaic GPU interpreter cannot take a transposed wgmma operand: there CI lowers it for CUDA
         Implementation("mosaic_gpu", "jax", "pallas-mosaic-gpu",
                        "Pallas port on Mosaic GPU (TMA, wgmma, fp16 tensor cores)", "mosaic_gpu_kernels.trimul:trimul",
-                       Needs(capability=(9, 0), interpreter_versions=(("jax", "0.11"),))),
+                       Needs(capability=(9, 0))),
         Implementation("torch", "torch", "library", "torch eager fp32, TF32 off (GPU MODE reference)",
                        "ports.trimul:trimul_torch_fp32"),
         Implementation("torch_compile", "torch", "library", "torch.compile of the fp32 reference",

@@ -312,21 +312,17 @@ def test_jax_takes_transposed_operands_as_they_lie(port_name, monkeypatch):
     jax = pytest.importorskip("jax")
 
     import ports.batch_invariant_jax as bij
-    from mosaic_gpu_kernels.common import INTERPRETER_TRANSPOSES_OPERANDS
     from ports import matmul as spec
 
     impl = spec.WORKLOAD.implementation(port_name)
     if impl.needs.missing():
         pytest.skip(f"{port_name}: {impl.needs.missing()}")
     monkeypatch.setattr(bij, "port", lambda: (port_name, impl.load("batched_matmul")))
-    # jax 0.10's Mosaic GPU interpreter takes no transposed operand: there the port transposes B^T itself, and only
-    # the bits are checked
-    in_place = port_name != "mosaic_gpu" or DEVICE == "cuda" or INTERPRETER_TRANSPOSES_OPERANDS
     x, w = jax_inputs(13, 40, 70, seed=31)
     w_t = w.T.copy()  # [70, 40]: B^T as it lies
     as_it_lies = bij.batch_invariant(lambda x, w_t: jax.numpy.einsum("md,nd->mn", x, w_t))
     transposed_first = bij.batch_invariant(lambda x, w_t: x @ jax.numpy.transpose(w_t))
-    assert not in_place or transposed_shapes(jax.make_jaxpr(as_it_lies)(x, w_t).jaxpr) == []
+    assert transposed_shapes(jax.make_jaxpr(as_it_lies)(x, w_t).jaxpr) == []
     assert bool((as_it_lies(x, w_t) == transposed_first(x, w_t)).all())
 
     def loss(f):
@@ -340,7 +336,7 @@ def test_jax_takes_transposed_operands_as_they_lie(port_name, monkeypatch):
         assert np.allclose(np.asarray(got, np.float64), want, rtol=TOLERANCE, atol=TOLERANCE * np.abs(want).max())
     for rhs, f in ((w_t, as_it_lies), (w, bij.batch_invariant(lambda x, w: x @ w))):
         backward = transposed_shapes(jax.make_jaxpr(jax.grad(loss(f), argnums=(0, 1)))(x, rhs).jaxpr)
-        assert not in_place or (tuple(rhs.shape) not in backward and (13, 70) not in backward), backward
+        assert tuple(rhs.shape) not in backward and (13, 70) not in backward, backward
 
 
 def test_jax_second_derivatives_run_on_the_port():

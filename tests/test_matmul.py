@@ -15,6 +15,7 @@ import torch
 
 from compare.__main__ import main as compare_main
 from compare.hopper_compile import lower_for_hopper
+import ports
 from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
 from ports import matmul_common
@@ -356,7 +357,7 @@ def test_mosaic_gpu_port_lowers_for_cuda(m, n, k, out):
     # one product, and a batch of three (the batch-invariant mode's), with A and B or A^T and B^T (the JAX
     # transformation's gradients)
     for batch, transposed in ((), False), ((3,), False), ((3,), True):
-        pm, pn, pk = padded_shape(m, n, k, out, tiles, whole_tiles=False, a_transposed=transposed)
+        pm, pn, pk = padded_shape(m, n, k, out, tiles, a_transposed=transposed)
         a = jax.ShapeDtypeStruct((*batch, *((pk, pm) if transposed else (pm, pk))), jax.numpy.bfloat16)
         b = jax.ShapeDtypeStruct((*batch, *((pn, pk) if transposed else (pk, pn))), jax.numpy.bfloat16)
         lowered = lower_for_hopper(_matmul, a, b, out=out, tiles=tiles, interpret=False, a_transposed=transposed,
@@ -483,3 +484,10 @@ def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons
     interpreted = CachedLaunch(Interpreted())
     interpreted((1,), x, 1, 1)
     assert interpreted.compiled == {}
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the Triton port runs bfloat16 compiled")
+def test_the_triton_port_refuses_bfloat16_on_a_cpu_as_the_mode_does():
+    data = spec.make_inputs(spec._case(7, 33, 40, 5), 5, DEVICE)  # bfloat16: Triton's interpreter misreads it
+    with pytest.raises(TypeError, match="misreads bfloat16"):
+        ports.custom_kernel("matmul", "triton")(data)

@@ -165,6 +165,27 @@ def test_input_beyond_float16_is_refused_by_ports_and_computed_by_baselines(impl
         assert verdict.passed, verdict.reason
 
 
+@pytest.mark.parametrize("shape", ["scaled", "zero-mean"])
+@pytest.mark.parametrize("port", PORTS)
+def test_x_beyond_the_layer_norms_float32_range_is_refused_by_every_kernel_port(port, shape):
+    # x * 1e20: the first LayerNorm's sum of squares passes float32's range, where 1/std would be 0 and every
+    # normalised value its bias, finite and wrong. Zero-mean rows (signs alternating) pass it with no large mean
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
+    signs = torch.tensor([1.0, -1.0], device=DEVICE).repeat(x.shape[-1] // 2)
+    big = x * 1e20 if shape == "scaled" else (1e20 * signs).expand_as(x).contiguous()
+    with pytest.raises(Float16RangeError, match="overflows its float16 intermediates"):
+        run_port(port, (big, mask, weights, config))
+
+
+@pytest.mark.parametrize("impl", [impl.name for impl in spec.WORKLOAD.implementations])
+def test_hidden_dim_zero_gets_one_answer_from_every_implementation(impl):
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 1, DEVICE)
+    empty = {name: value[:, :0] if name == "to_out.weight" else value if name.startswith("norm.") else value[:0]
+             for name, value in weights.items()}  # every hidden-sized axis of length 0, as validation expects
+    with pytest.raises(ValueError, match=r"config\['hidden_dim'\] must be a positive integer, got 0"):
+        run_port(impl, (x, mask, empty, dict(config, hidden_dim=0)))
+
+
 def test_a_jax_port_refuses_inside_a_callers_jit():
     # under a caller's jit the range check cannot read the sum while tracing: it runs as a callback, and the refusal
     # comes back inside JAX's runtime error; input in range passes through the same jitted function

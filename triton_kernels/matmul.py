@@ -60,7 +60,7 @@ def matmul(data, tiles: MatmulTiling | None = None) -> torch.Tensor:
 
     `tiles` overrides the tiling chosen for M (used to test which tilings keep the bits).
     """
-    validate(data)
+    validate(data, "torch")
     return _launch(*data, tiles)
 
 
@@ -68,12 +68,15 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTili
     """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (bf16 or fp16, validated as `matmul`'s), each product's bits
     those of the product alone. Any batch and row strides are read without a copy (a stride-0 batch: one matrix
     broadcast)."""
-    validate_batch(a, b, out)
+    validate_batch(a, b, out, framework="torch")
     return _launch(a, b, out, tiles)
 
 
 def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | None) -> torch.Tensor:
     """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's second axis."""
+    if a.device.type == "cpu" and a.dtype == torch.bfloat16:  # as the batch-invariant mode refuses it
+        raise TypeError("the Triton matmul port runs on a CPU in Triton's interpreter, which misreads bfloat16 and "
+                        "returns garbage: pass float16 there (bfloat16 runs on a GPU)")
     a, b = (x if 1 in (x.stride(-1), x.stride(-2)) or 1 in x.shape[-2:] else x.contiguous() for x in (a, b))
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = a.shape[0] if a.dim() == 3 else 1

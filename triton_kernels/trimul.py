@@ -48,7 +48,9 @@ def _row_statistics(x_rows, eps, DIM: tl.constexpr, ROWS: tl.constexpr, TILE_DIM
         seen = (d0 + TILE_DIM) * 1.0
         mean += delta * (TILE_DIM / seen)
         m2 += tl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
-    return mean, 1.0 / tl.sqrt(m2 / DIM + eps)
+    # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
+    # instead, which the port refuses (refuse_non_finite)
+    return mean, tl.where(m2 < float("inf"), 1.0 / tl.sqrt(m2 / DIM + eps), float("nan"))
 
 
 @triton.jit
@@ -162,7 +164,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
     Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
     """
-    validate(data)
+    validate(data, "torch")
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]

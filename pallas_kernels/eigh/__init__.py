@@ -76,7 +76,7 @@ def eigh(a):
     Runs the compiled kernels on a GPU and Pallas interpret mode elsewhere. Waits for its kernels: the input's
     checks are read after the last.
     """
-    check_shape(a)
+    check_shape(a, "jax")
     if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
     interpret = jax.default_backend() != "gpu"

@@ -91,7 +91,7 @@ def _replayed(path, a: torch.Tensor):
 def eigh(a: torch.Tensor):
     """(Q, L) for a [batch, n, n] float32 symmetric: A Q = Q diag(L), L ascending. Waits for its kernels: the
     input's checks are read after the last."""
-    check_shape(a)
+    check_shape(a, "torch")
     batch, n, _ = a.shape
     if batch == 0 or n == 0:
         return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
