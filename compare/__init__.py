@@ -7,6 +7,35 @@ around it `__main__` (the command line), `report` (tables, charts, README),
 `one_case`'s command line: `kernel_times`, `one_call`, `hunt`, `call_cost`, `hopper_compile`, `matmul_tilings`;
 `mosaic_gpu_probe` stands alone."""
 import os
+import textwrap
+
+HELP_COLUMNS = 100  # the width of help text and progress lines
+
+
+def help_text(doc: str) -> str:
+    """A module docstring as a command's --help description: each paragraph and list item ("- ...", its
+    continuation lines indented) rewrapped within HELP_COLUMNS; lines indented four spaces (commands) kept."""
+    out, words, indent = [], [], ""
+
+    def flush():
+        if words:
+            out.append(textwrap.fill(" ".join(words), HELP_COLUMNS, subsequent_indent=indent, break_long_words=False,
+                                     break_on_hyphens=False))
+            words.clear()
+
+    for line in doc.strip().splitlines():
+        if not line.strip() or line.startswith("    "):
+            flush()
+            out.append(line.rstrip())
+        elif line.startswith("- "):
+            flush()
+            indent = "  "
+            words.append(line.strip())
+        else:
+            indent = indent if words and line.startswith("  ") else ""
+            words.append(line.strip())
+    flush()
+    return "\n".join(out)
 
 
 def gpu_or_interpreters() -> bool:

@@ -1,19 +1,23 @@
 """python -m compare WORKLOAD: check every implementation against the float64 reference and time it.
 
-With a GPU: the `test` cases for correctness, then the workload's benchmark sets timed (`bench`; matmul's `shapes` too).
-Without one: the `smoke` cases through the Triton interpreter and Pallas interpret mode.
-Workloads with properties (matmul: batch invariance, determinism) check them for every
-implementation; the exit code is 1 when a check fails or a ported kernel misses a property
-(a library baseline missing one is reported as a finding, not an error), 2 for unknown names.
-`--against SAVED.json` compares the run with a saved one and exits 1 on a regression, 2 when the two share no case.
+With a GPU: the `test` cases for correctness, then the workload's benchmark sets timed (`bench`;
+matmul's `shapes` too). Without one: the `smoke` cases through the Triton interpreter and Pallas
+interpret mode, each port for at most 15 s unless --cases names the cases (what is left out is
+said, and how to run it). Workloads with properties (matmul: batch invariance, determinism) check
+them for every implementation. Exit code: 1 when a check fails or a ported kernel misses a
+property (a library baseline missing one is a finding, not an error), 2 for unknown names.
+`--against SAVED.json` compares the run with a saved one: exit 1 on a regression, 2 when the two
+share no case.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
+from compare import HELP_COLUMNS, help_text
 from compare.result import results_of
 
 
@@ -28,37 +32,44 @@ def workloads_help() -> str:
     for name, module in WORKLOAD_MODULES.items():
         source = Path(importlib.util.find_spec(module).origin).read_text()
         summary = (ast.get_docstring(ast.parse(source)) or "").strip().splitlines()
-        lines.append(f"  {name:8} {summary[0] if summary else ''}")
-    lines.append("`python -m compare --list` lists every workload's implementations and case sets.")
-    lines.append("`python -m compare report` writes results/h200/REPORT.md and README.md's tables from the runs of "
-                 "record.")
-    lines.append("`python -m compare invariance` runs a small decoder in torch and JAX with the batch-invariant "
-                 "modes off and on.")
+        lines.extend(textwrap.wrap(f"  {name:8} {summary[0] if summary else ''}", HELP_COLUMNS,
+                                   subsequent_indent=" " * 11))
+    for line in ("`python -m compare --list` lists every workload's implementations and cases.",
+                 "`python -m compare report` writes results/h200/REPORT.md and README.md's tables from the runs "
+                 "of record.",
+                 "`python -m compare invariance` runs a small decoder in torch and JAX with the batch-invariant "
+                 "modes off and on."):
+        lines.extend(textwrap.wrap(line, HELP_COLUMNS))
     return "\n".join(lines)
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m compare", description=__doc__, epilog=workloads_help(),
+    parser = argparse.ArgumentParser(prog="python -m compare", description=help_text(__doc__),
+                                     epilog=workloads_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", nargs="?", help="workload name, e.g. trimul (listed below)")
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation(s) to run, comma-separated or repeated (default: all)")
     parser.add_argument("--cases", action="append", default=None,
-                        help="case set(s): smoke, test, bench, or one case as SET:INDEX, e.g. bench:3 "
-                             "(default: test,bench on a GPU, smoke on CPU)")
-    parser.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
-    parser.add_argument("--plot", type=Path, help="write a PNG chart of time per case per implementation")
+                        help="case set(s): smoke, test, bench; or one case by SET:INDEX (bench:3) or by its "
+                             "name as the table prints it; `--list WORKLOAD` names them (default: test,bench on a "
+                             "GPU, smoke on a CPU)")
+    parser.add_argument("--json", type=Path,
+                        help="write every figure to this JSON file as it is measured (default: none)")
+    parser.add_argument("--plot", type=Path,
+                        help="write a PNG chart of time per case per implementation (default: none)")
     parser.add_argument("--pool", type=int, default=3, help="distinct input sets per timed case (default 3)")
     parser.add_argument("--iters", type=int, default=10,
                         help="calls per case after the first and the warm-up, each on a never-seen input and "
-                             "checked, and timed where the case set is (at least this many; default 10)")
+                             "checked, and timed where the case set is; 1 to ITERS/2 more calls are drawn afresh "
+                             "for each case (default 10)")
     parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="stop calling a case after this long (output checks included) once 3 runs are done, "
-                             "even short of --iters: multi-second calls (eigh at n = 512 and up) stay affordable "
-                             "(default 60)")
+                        help="stop timing a case after this long once 3 runs are done, even short of --iters: "
+                             "multi-second calls (eigh at n = 512 and up) stay affordable; the remaining checked "
+                             "calls run untimed (default 60)")
     parser.add_argument("--time", action="store_true",
                         help="time every case set, not only the workload's benchmark sets; on CPU this times the "
-                             "interpreters (meaningless as speed, but it exercises the timed path)")
+                             "interpreters (meaningless as speed, but it exercises the timed path; default: off)")
     parser.add_argument("--timer", choices=("host", "kernels", "all"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
                              "(default); kernels: sum of the call's kernel times from the profiler (GPU only); all: "
@@ -66,23 +77,28 @@ def parse_args(argv):
                              "input, with the overhead above kernel time (GPU only)")
     parser.add_argument("--detail", action="store_true",
                         help="the full table: error figures, IQR, runs, TFLOP/s, TB/s, first-call time, difference "
-                             "from the reference port (about 220 columns; the default fits 100)")
+                             "from the reference port (about 220 columns; default: off, a table of 100 columns)")
     parser.add_argument("--no-properties", action="store_true",
-                        help="skip the workload's property sweeps (e.g. matmul batch invariance)")
+                        help="skip the workload's property sweeps (e.g. matmul batch invariance) (default: off)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=IMPL:FILE",
                         help="also run FILE's copy of implementation IMPL's module as NAME, e.g. "
                              "fast=triton:trimul_fast.py (IMPL's function, from FILE), or, for a port that is a "
                              "package (eigh), a copy of its package directory: an A/B of a kernel change in the "
-                             "same run, by the same method; repeatable")
+                             "same run, by the same method; repeatable (default: none)")
     parser.add_argument("--against", type=Path, metavar="SAVED.json",
                         help="compare the run with a saved one of the same workload (e.g. results/h200/matmul.json):"
                              " newly failing, output bits changed (same GPU and versions only), slower beyond noise "
                              "(more than 10%% and 3 of the saved run's IQRs), faster, and what could not be compared;"
-                             " exit 1 on a regression, 2 when the runs share no case")
+                             " exit 1 on a regression, 2 when the runs share no case (default: none)")
     parser.add_argument("--list", action="store_true",
-                        help="list the workload's implementations and case sets (every workload's without one), "
-                             "then exit")
+                        help="list the workload's implementations and cases, by set, index and name (every "
+                             "workload's without one), then exit (default: off)")
     return parser.parse_args(argv)
+
+
+# Without a GPU and without --cases, the seconds each port may spend in its interpreter before the rest of its cases
+# are left out (and said so): a first run takes about a minute, not many.
+INTERPRETER_SECONDS = 15.0
 
 
 def _split(values):
@@ -100,8 +116,9 @@ def report_main() -> int:
 
 REPORT_HELP = """usage: python -m compare report
 
-Writes results/h200/REPORT.md (with its charts) and README.md's generated tables from the runs of record
-(compare.report.RUNS_OF_RECORD) and the last GPU run of the test suite (results/h200/tests.json)."""
+Writes results/h200/REPORT.md (with its charts) and README.md's generated tables from the runs of
+record (compare.report.RUNS_OF_RECORD) and the last GPU run of the test suite
+(results/h200/tests.json)."""
 
 
 def main(argv=None) -> int:
@@ -199,7 +216,8 @@ def main(argv=None) -> int:
               "any times shown are interpreter times, not GPU timings", file=sys.stderr)
     settings = Settings(pool=args.pool, min_iters=args.iters, max_iters=max(args.iters, 50),
                         max_seconds=args.max_seconds, timed=on_gpu or args.time, timer=args.timer,
-                        timed_sets=workload.benchmark_sets if on_gpu and not args.time else None)
+                        timed_sets=workload.benchmark_sets if on_gpu and not args.time else None,
+                        interpreter_seconds=INTERPRETER_SECONDS if args.cases is None else None)
     record = run(workload, impls, case_sets, args.json, settings, check_properties=not args.no_properties)
     print_table(record, detail=args.detail)
     if args.plot:
@@ -235,7 +253,9 @@ def list_workload(workload, indent=""):
         head = f"{indent}{impl.name:15} {impl.framework:6} {impl.backend:18} "
         print(textwrap.fill(impl.label, 100, initial_indent=head, subsequent_indent=" " * len(head)))
     for name, cases in workload.cases.items():
-        print(f"{indent}cases {name}: {len(cases)}")
+        print(f"{indent}cases {name}: {len(cases)} (--cases {name}, {name}:INDEX, or a case's name)")
+        for index, case in enumerate(cases):
+            print(f"{indent}  {name}:{index:<4} {workload.case_name(case)}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ class Settings:
     timed: bool = True
     timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler; "all": see TIMERS
     timed_sets: tuple | None = None  # case sets to time when timed (None: all)
+    # on a machine without a GPU, the seconds each port (in an interpreter there) may spend before its remaining
+    # cases are left out, said so (None: every case runs); the command line's default run sets it
+    interpreter_seconds: float | None = None
 
 
 def context_lost(device: str) -> str | None:
@@ -343,15 +346,30 @@ def with_unnamed_variants(names: list[str], workload: Workload, registered: Work
 
 
 def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
-    """(set, case) pairs for "SET" (every case of the set) or "SET:INDEX" (one case); ValueError if unknown."""
+    """(set, case) pairs for "SET" (every case of the set), "SET:INDEX" or "SET:NAME" (one case), or a case's NAME
+    alone as the table prints it (where one set holds it); ValueError, naming what is valid, if unknown."""
     name, _, index = spec.partition(":")
+    if not index and name not in workload.cases:
+        holding = [(set_name, case) for set_name, cases in workload.cases.items() for case in cases
+                   if workload.case_name(case) == name]
+        if len(holding) == 1:
+            return holding
+        if holding:
+            raise ValueError(f"case {name!r} is in sets {', '.join(s for s, _ in holding)}: name one, e.g. "
+                             f"{holding[0][0]}:{name}")
+        raise ValueError(f"unknown case set or case {name!r}; case sets: {', '.join(workload.cases)} "
+                         "(`--list` names every case)")
     if name not in workload.cases:
         raise ValueError(f"unknown case set {name!r}; valid: {', '.join(workload.cases)}")
     cases = workload.cases[name]
     if not index:
         return [(name, case) for case in cases]
     if not index.isdigit():
-        raise ValueError(f"case index {index!r} is not a number: SET:INDEX, e.g. {name}:0")
+        named = [case for case in cases if workload.case_name(case) == index]
+        if named:
+            return [(name, named[0])]
+        raise ValueError(f"case index {index!r} is not a number nor a case of {name}: SET:INDEX or SET:NAME, e.g. "
+                         f"{name}:0 (`--list` names every case)")
     if int(index) >= len(cases):
         raise ValueError(f"case index {index!r} out of range for {name} (0..{len(cases) - 1})")
     return [(name, cases[int(index)])]
@@ -386,6 +404,9 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
     jobs = [job for spec in case_sets for job in select_cases(workload, spec)]
     done = 0
     lost = None  # the error of a CUDA context an implementation's fault left unusable: the run stops there
+    spent = {impl.name: 0.0 for impl in impls}  # seconds in each implementation's cases (the interpreters' budget)
+    capped = settings.interpreter_seconds is not None and not on_gpu
+    left_out = {}  # implementation -> cases left out of its budget
     for case_set, case in jobs:
         name = workload.case_name(case)
         timed = settings.timed and (settings.timed_sets is None or case_set in settings.timed_sets)
@@ -396,7 +417,15 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         ported = {}  # passing ports' first outputs, in registration order: the first is the reference port
         for impl in impls:
             done += 1
-            result, first = measure(workload, impl, case, pool, references, sync, case_settings)
+            if capped and impl.ported and spent[impl.name] >= settings.interpreter_seconds:
+                result, first = Result(impl.name, impl.framework, impl.backend, status="skipped"), None
+                result.reason = (f"left out: the interpreter's {settings.interpreter_seconds:g} s of this default "
+                                 f"run were spent on earlier cases (--cases {case_set} runs every case)")
+                left_out[impl.name] = left_out.get(impl.name, 0) + 1
+            else:
+                begun = time.perf_counter()
+                result, first = measure(workload, impl, case, pool, references, sync, case_settings)
+                spent[impl.name] += time.perf_counter() - begun
             result.case_set, result.case, result.params = case_set, name, case
             result.flops, result.min_bytes = flops, min_bytes
             if result.passed and result.median_ms:
@@ -435,6 +464,14 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         del pool, references, ported
         if on_gpu:
             torch.cuda.empty_cache()
+    if left_out:
+        recorder.record["left_out"] = left_out
+        recorder.save()
+        progress(textwrap.fill(
+            f"left out, as the interpreters are slow: {', '.join(f'{n} {c} case(s)' for n, c in left_out.items())} "
+            f"(each port got {settings.interpreter_seconds:g} s; name the cases, e.g. --cases "
+            f"{', '.join(dict.fromkeys(spec.partition(':')[0] for spec in case_sets))}, to run every one)",
+            PROGRESS_COLUMNS, subsequent_indent="    "))
     if workload.properties is not None and check_properties and not lost:
         sizes = workload.property_sizes["gpu" if on_gpu else "cpu"]
         recorder.record["properties"] = []

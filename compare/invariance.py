@@ -1,7 +1,7 @@
-"""The batch-invariant modes on a small transformer decoder, in torch and in JAX: the proof of issue 54.
+"""The batch-invariant modes on a small transformer decoder, in torch and in JAX: that they keep its bits.
 
-    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256] [--ops]
-                                 [--json FILE]
+    python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256]
+                                 [--ops] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from compare import help_text
 
 EPS = 1e-5
 
@@ -439,25 +441,28 @@ def table(record: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare invariance", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m compare invariance", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,2,4", help="batch sizes, comma-separated (default 1,2,4)")
-    parser.add_argument("--frameworks", default="torch,jax", help="torch, jax or both (default)")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--length", type=int, default=8, help="tokens a sequence")
+    parser.add_argument("--frameworks", default="torch,jax", help="torch, jax or both (default: torch,jax)")
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
+    parser.add_argument("--length", type=int, default=8, help="tokens a sequence (default 8)")
     parser.add_argument("--dim", type=int, default=Decoder.dim, help=f"model width (default {Decoder.dim})")
-    parser.add_argument("--heads", type=int, default=Decoder.heads, help="attention heads; divides --dim")
-    parser.add_argument("--hidden", type=int, default=Decoder.hidden, help="the MLP's width")
-    parser.add_argument("--vocab", type=int, default=Decoder.vocab)
+    parser.add_argument("--heads", type=int, default=Decoder.heads,
+                        help=f"attention heads; divides --dim (default {Decoder.heads})")
+    parser.add_argument("--hidden", type=int, default=Decoder.hidden,
+                        help=f"the MLP's width (default {Decoder.hidden})")
+    parser.add_argument("--vocab", type=int, default=Decoder.vocab, help=f"vocabulary (default {Decoder.vocab})")
     parser.add_argument("--ops", action="store_true",
                         help="also probe each op a decoder runs on its own, each framework's mode off and on: which "
-                             "of the library kernels are batch-variant (sizes of an 8B model's layer on a GPU)")
-    parser.add_argument("--seed", type=int, default=0)
+                             "of the library kernels are batch-variant (sizes of an 8B model's layer on a GPU; "
+                             "default: off)")
+    parser.add_argument("--seed", type=int, default=0, help="the weights' and tokens' seed (default 0)")
     parser.add_argument("--cost", metavar="BATCHES",
                         help="also time a forward pass and a training step, the mode off and on, at these batch sizes "
-                             "(e.g. 1,8,64,256)")
+                             "(e.g. 1,8,64,256; default: none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls a figure is the median of (default 5)")
-    parser.add_argument("--json", type=Path, help="write the record here")
+    parser.add_argument("--json", type=Path, help="write the record here (default: none)")
     args = parser.parse_args(argv)
     try:
         batches = [int(b) for b in args.batches.split(",")]

@@ -15,6 +15,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+from compare import help_text
 from compare.records import PROJECT_ROOT, Recorder, device_info, provenance, versions
 
 SLOWEST = 20
@@ -50,7 +51,7 @@ def summarise_junit(path: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare.suite", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m compare.suite", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=Path("results/h200/tests.json"),
                         help="where the record goes (default results/h200/tests.json)")

@@ -5,13 +5,17 @@ must catch."""
 import collections
 import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import ports
 from compare.__main__ import main as compare_main
-from compare.driver import Settings, run
+from compare.driver import Settings, run, select_cases
 from ports import Implementation
 from ports import eigh as eigh_spec
 from ports import matmul as matmul_spec
@@ -304,3 +308,26 @@ def test_every_cheat_fails_the_driver_on_the_default_cpu_set(workload, cheat, se
     failed = [f"{r['case']}: {r['reason']}" for r in record["results"] if r["status"] != "pass"]
     failed += [p["property"] for p in record.get("properties", []) if p["passed"] is False]
     assert failed and any(named in failure for failure in failed), failed
+
+
+@pytest.mark.parametrize("command", ["compare", "compare invariance", "compare report", "compare.suite"])
+def test_help_fits_100_columns_names_no_issue_and_gives_every_options_default(command):
+    shown = subprocess.run([sys.executable, "-m", *command.split(), "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "100"}, check=True).stdout
+    assert shown and max(map(len, shown.splitlines())) <= 100
+    assert not re.search(r"[Ii]ssue \d|session", shown)
+    options = re.split(r"\n  (?=-)", "\n" + shown.split("options:\n", 1)[1]) if "options:" in shown else []
+    undefaulted = [option.split()[0] for option in options
+                   if option.strip() and not option.startswith("-h") and "default" not in option]
+    assert not undefaulted, undefaulted
+
+
+def test_cases_by_the_name_the_table_prints_and_the_list_of_every_case(capsys):
+    name = spec.case_name(SMOKE[2])
+    assert select_cases(spec.WORKLOAD, name) == [("smoke", SMOKE[2])]
+    assert select_cases(spec.WORKLOAD, f"smoke:{name}") == [("smoke", SMOKE[2])]
+    with pytest.raises(ValueError, match="`--list` names every case"):
+        select_cases(spec.WORKLOAD, "n3-nothing")
+    assert compare_main(["trimul", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"smoke:2    {name}" in listed and f"bench:6    {spec.case_name(spec.BENCH_CASES[6])}" in listed
