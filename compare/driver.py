@@ -357,8 +357,8 @@ def select_cases(workload: Workload, spec: str) -> list[tuple[str, dict]]:
         if holding:
             raise ValueError(f"case {name!r} is in sets {', '.join(s for s, _ in holding)}: name one, e.g. "
                              f"{holding[0][0]}:{name}")
-        raise ValueError(f"unknown case set or case {name!r}; case sets: {', '.join(workload.cases)} "
-                         "(`--list` names every case)")
+        raise ValueError(f"unknown case set or case {name!r}; valid: {', '.join(workload.cases)}, SET:INDEX, or a "
+                         "case's name (`--list` names every case)")
     if name not in workload.cases:
         raise ValueError(f"unknown case set {name!r}; valid: {', '.join(workload.cases)}")
     cases = workload.cases[name]
