@@ -104,7 +104,9 @@ def print_table(record: dict, console: Console | None = None, detail: bool = Fal
         console.print("ms: median time per call (host clock); " + (
             "kernel ms: the profiler's sum of its kernels; overhead: ms minus kernel ms; from torch: the torch "
             "caller's view (DLPack both ways for JAX); " if costs else "speed-up: against the workload's baseline; ")
-            + "bits: against the reference port (ref). Other figures: --detail, or --json.")
+            + "bits: against the reference port (ref)" + (
+                "; the interpreters round as NumPy and the CPU's XLA do, so ports that differ here promise "
+                "nothing of the GPU's bits" if interpreted else "") + ". Other figures: --detail, or --json.")
     failures = [r for r in results if r.status not in ("pass", "skipped")]
     for r in failures:
         console.print(f"[red]{r.status}[/] {r.case_set} {r.case} {r.impl}: {r.reason}")

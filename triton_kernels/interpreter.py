@@ -86,10 +86,25 @@ def _patch_once_per_launch(patch_lang):
     return patch
 
 
+def _index_by_squeeze(patch_lang_tensor):
+    """`_patch_lang_tensor(tensor, scope)` with a scalar's `__index__` (a loop bound such as `range(0, K, TILE_K)`)
+    read through `squeeze()`: Triton before 3.8 takes `int()` of its one-element array of rank 1, which NumPy 2.4 and
+    later refuse ("only 0-dimensional arrays can be converted to Python scalars"); Triton 3.8 squeezes it first, as
+    this does. The scope restores both settings after the launch, the last first."""
+
+    def patch(tensor, scope):
+        patch_lang_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch.index_by_squeeze = True
+    return patch
+
+
 def prepare_interpreter() -> None:
-    """Make the installed Triton interpreter reduce by our combiners pairwise and patch the language once per
-    launch (each unchanged where the interpreter lacks what it replaces, i.e. another Triton than the one this was
-    written against), and silence the RuntimeWarnings of its arithmetic on masked lanes."""
+    """Make the installed Triton interpreter reduce by our combiners pairwise, patch the language once per launch
+    and read a scalar's index under any NumPy (each unchanged where the interpreter lacks what it replaces, i.e.
+    another Triton than the ones this was written against), and silence the RuntimeWarnings of its arithmetic on
+    masked lanes."""
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     try:
         from triton.runtime import interpreter
@@ -101,3 +116,6 @@ def prepare_interpreter() -> None:
     patch_lang = getattr(interpreter, "_patch_lang", None)
     if patch_lang is not None and not getattr(patch_lang, "once_per_launch", False):
         interpreter._patch_lang = _patch_once_per_launch(patch_lang)
+    patch_lang_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_lang_tensor is not None and not getattr(patch_lang_tensor, "index_by_squeeze", False):
+        interpreter._patch_lang_tensor = _index_by_squeeze(patch_lang_tensor)
