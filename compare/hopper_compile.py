@@ -71,6 +71,12 @@ def lower_for_hopper(jitted, *args, **kwargs):
         return jitted.trace(*args, **kwargs).lower(lowering_platforms=("cuda",))
 
 
+def triton_kernels_in(lowered) -> list[str]:
+    """The names of the Pallas-Triton kernels a lowered JAX function launches (`lower_for_hopper`'s result), in the
+    order the module calls them: each is a custom call of XLA's Triton target that carries the kernel's IR."""
+    return re.findall(r'custom_call @__gpu\$xla\.gpu\.triton\(.*\bname = "([^"]+)", num_stages', lowered.as_text())
+
+
 def _argument_type(value) -> str:
     """Triton's signature type of a launch argument."""
     import torch

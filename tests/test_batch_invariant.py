@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import ports.batch_invariant as bi
-from compare.hopper_compile import lower_for_hopper
+from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
@@ -120,18 +120,24 @@ def test_empty_products_need_no_launch(mode):
     assert torch.equal(half(4, 0, seed=1) @ half(0, 3, seed=2), torch.zeros(4, 3, device=DEVICE, dtype=DTYPE))
 
 
-def test_the_port_is_the_fastest_registered_one_this_machine_runs():
+def test_the_mode_takes_gluon_on_hopper_and_triton_elsewhere():
     name, _ = bi.port_for(torch.device(DEVICE))
     expected = "gluon" if DEVICE == "cuda" and torch.cuda.get_device_capability() >= (9, 0) else "triton"
     assert name == expected
 
 
-def test_a_batch_variant_port_would_be_caught(mode, monkeypatch):
-    # the invariance check is not vacuous: a planted port that splits K for small batches (as cuBLAS does), each half
-    # rounded to 16 bits, gives rows that differ from the whole batch's
+def test_a_batch_variant_port_fails_the_projects_invariance_check(mode, monkeypatch):
+    # the check is not vacuous: under the mode, a planted port that splits K for small batches (as cuBLAS does),
+    # each half rounded to 16 bits, fails the matmul workload's batch-invariance property (the driver's check)
+    from ports import matmul as matmul_spec
+
     monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
-    x, w = half(12, 48, seed=1), half(48, 40, seed=2)
-    assert not torch.equal(x[:2] @ w, (x @ w)[:2])
+    sizes = dict(matmul_spec.PROPERTY_SIZES["cpu"], k=48, n=40, dtype="float16", every_m=12, sampled_m=(),
+                 batch_sizes=(1, 3), repeats=2, repeat_m=4)
+    verdicts = {entry["property"].split(":")[0]: entry for entry in matmul_spec.properties(
+        lambda data: data[0] @ data[1], lambda *inputs: inputs, DEVICE, sizes)}
+    invariance = verdicts["batch invariance"]
+    assert invariance["passed"] is False and invariance["first_difference"]["m"] < 8, invariance
 
 
 def cotangent(out):
@@ -528,4 +534,4 @@ def test_the_pallas_row_kernel_lowers_for_cuda():
 
     rows = jax.ShapeDtypeStruct((6, 3000), jax.numpy.bfloat16)
     lowered = lower_for_hopper(jax.jit(functools.partial(_row_sum, interpret=False)), rows)
-    assert "triton" in lowered.as_text()
+    assert triton_kernels_in(lowered) == ["batch_invariant_row_sum"]

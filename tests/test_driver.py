@@ -32,15 +32,6 @@ def cached_trimul(data, _memory={}):
     return _memory["out"]
 
 
-def address_cached_trimul(data, _memory={}):
-    """A subtler cheat: remembers each answer by the input's address and returns it when the same
-    tensor comes back (rotating through a fixed pool of inputs would let it look fast)."""
-    key = data[0].data_ptr()
-    if key not in _memory:
-        _memory[key] = spec.trimul_torch_fp32(data)
-    return _memory[key].clone()
-
-
 def raising_trimul(data):
     raise RuntimeError("planted failure")
 
@@ -64,16 +55,25 @@ def planted_workload(*names):
                                implementations=spec.WORKLOAD.implementations + planted)
 
 
-def test_driver_never_times_a_call_on_seen_data(tmp_path):
-    settings = Settings(pool=2, min_iters=6, max_iters=6, min_seconds=0.0, timed=True)
-    record = run(planted_workload("address_cached"), ["address_cached"], ["smoke"], tmp_path / "r.json",
-                 settings, progress=lambda message: None)
-    result = record["results"][0]
-    # an address can come back (allocators reuse memory), but never with data seen before: a hit
-    # returns another input's answer and the timed check catches it; a miss computes honestly
-    calls = 2 + 6
-    hits = calls - len(address_cached_trimul.__defaults__[0])
-    assert (result["status"] == "fail") == (hits > 0)
+def seen_trimul(data, _seen=[]):
+    """The reference, recording the bits of every argument it is given (x, the mask, each weight)."""
+    x, mask, weights, _ = data
+    _seen.append((ports.output_digest(x), ports.output_digest(mask), ports.output_digest(list(weights.values()))))
+    return spec.trimul_torch_fp32(data)
+
+
+def test_driver_never_calls_on_seen_data(tmp_path):
+    # timed and untimed, every call's x, mask and weights are values no earlier call had: neither a memo by an
+    # argument's address nor one by its values can answer a call
+    seen = seen_trimul.__defaults__[0]
+    seen.clear()
+    settings = Settings(pool=2, min_iters=6, max_iters=6, min_seconds=0.0, max_seconds=1e-9, timed=True)
+    masked = dataclasses.replace(planted_workload("seen"), cases={"smoke": [SMOKE[1]]})  # a mask of 0s and 1s
+    record = run(masked, ["seen"], ["smoke"], tmp_path / "r.json", settings, progress=lambda message: None)
+    assert record["results"][0]["status"] == "pass" and len(seen) >= 2 + 6 + 1
+    for argument in range(3):
+        digests = [call[argument] for call in seen]
+        assert len(set(digests)) == len(digests), argument
 
 
 @pytest.mark.parametrize("timer", ["host", "all"])

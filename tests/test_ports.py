@@ -380,11 +380,13 @@ def test_cli_refuses_empty_and_malformed_selections(monkeypatch, capsys, argv, m
 def test_cli_output_fits_100_columns(monkeypatch, capsys):
     """The listing, the progress lines and the notice on stderr (a failing port's long reason included)."""
     long_label = Implementation("verbose", "torch", "triton", "a label " * 20, "tests.test_ports:twice_by_thirds")
+    failing = Implementation("failing", "torch", "triton", "fails", "tests.test_ports:wrong_one_call_in_ten")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(ports.WORKLOAD_MODULES, "double", "tests.test_ports")
-    monkeypatch.setattr(ports, "get_workload", lambda name: workload(long_label))
+    monkeypatch.setattr(ports, "get_workload", lambda name: workload(long_label, failing))
+    importlib.import_module("tests.test_ports").PLANTED_CALLS.clear()
     assert compare_main(["double", "--list"]) == 0
-    assert compare_main(["double", "--impl", "first,verbose,library", "--cases", "smoke:0"]) in (0, 1)
+    assert compare_main(["double", "--impl", "first,verbose,library,failing", "--cases", "smoke:0"]) == 1
     captured = capsys.readouterr()
     lines = (captured.out + captured.err).splitlines()
     assert lines and max(len(line) for line in lines) <= 100, max(lines, key=len)

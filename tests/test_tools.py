@@ -242,7 +242,7 @@ def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
     assert {"synchronise", "jax, between synchronisations", "triton, back-to-back", "dlpack torch to jax, 13 arrays",
             "torch, a scalar read back", "jax, a scalar read back", "jax, a scalar read back through torch"} <= {
             row["piece"] for row in rows}
-    assert [row["piece"] for row in rows if row["us"] is None] == [] and status == 0
+    assert status == 0 and all(isinstance(row["us"], float) and 0 < row["us"] < 1e7 for row in rows), rows
     assert len(out.splitlines()) == len(rows) + 1
 
 
