@@ -275,7 +275,8 @@ def test_pallas_divide_and_conquer_lowers_for_cuda(n):
     d, scale = jax.ShapeDtypeStruct((2, n), jax.numpy.float32), jax.ShapeDtypeStruct((2,), jax.numpy.float32)
     with jax.enable_x64(True):
         lowered = lower_for_hopper(jax.jit(functools.partial(divide_conquer._solve, interpret=False)), d, d, scale)
-    level = ["eigh_dc_prepare", "eigh_dc_secular", "eigh_dc_zhat", "eigh_dc_vectors", "eigh_dc_order", "eigh_dc_product"]
+    level = ["eigh_dc_prepare", "eigh_dc_secular", "eigh_dc_zhat", "eigh_dc_vectors", "eigh_dc_order",
+             "eigh_dc_product"]
     kernels = triton_kernels_in(lowered)  # each merge level's six kernels, level after level
     assert len(kernels) > len(level) and kernels == level * (len(kernels) // len(level))
 
