@@ -2,8 +2,10 @@
 transformation (ports.batch_invariant_jax): the Triton row kernels' order (triton_kernels/row_reductions.py), in
 Pallas.
 
-One program sums one row, in CHUNK-element chunks taken in order into a float32 vector, which is then reduced as one
-tree: the order of every addition depends on the row's length alone. Softmax, log-softmax and means reach XLA as
+One program sums one row, in CHUNK-element chunks taken in order into a float32 vector, which is then summed as a
+pairwise tree written out (`_tree_sum`, as the Triton kernels' `_tree_sum`): the order of every addition depends on
+the row's length alone, never on the register layout the compiler picks (a reduction's own tree follows the layout,
+and the layout follows what the compiler can prove of a row's alignment, which differs between one row and many). Softmax, log-softmax and means reach XLA as
 `reduce_sum` over the last axis, so this one kernel covers them; the maximum that softmax takes is exact in any
 order and is left to XLA.
 """
@@ -19,6 +21,16 @@ from jax.experimental.pallas import triton as pltriton
 CHUNK = 1024  # elements of a row a step, as the Triton kernels' CHUNK
 
 
+def _tree_sum(values):
+    """The sum of a power-of-two-long vector as a fixed pairwise tree, as a 1-element vector: its halves added
+    element by element, then the halves of that, down to one element. Split and added, not reduced: interpret
+    mode's compiler merges a chain of reductions into one, in its own order."""
+    while values.shape[0] > 1:
+        low, high = jnp.split(values, 2)
+        values = low + high
+    return values
+
+
 def _row_sum_kernel(x_ref, y_ref, *, cols, chunk):
     row = pl.program_id(0)
     offsets = jnp.arange(chunk)
@@ -29,7 +41,7 @@ def _row_sum_kernel(x_ref, y_ref, *, cols, chunk):
         return total + values.astype(jnp.float32)
 
     total = jax.lax.fori_loop(0, pl.cdiv(cols, chunk), step, jnp.zeros((chunk,), jnp.float32))
-    pltriton.store(y_ref.at[pl.ds(row, 1)], jnp.sum(total)[None].astype(y_ref.dtype))
+    pltriton.store(y_ref.at[pl.ds(row, 1)], _tree_sum(total).astype(y_ref.dtype))
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))

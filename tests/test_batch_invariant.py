@@ -399,6 +399,40 @@ def test_jax_row_sums_run_on_the_row_kernel_forward_and_backward():
     assert "batch_invariant_row_sum" in jaxpr  # the sum is the row kernel's
 
 
+def ordered_row_sum(rows: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """The row kernels' order in NumPy, float32 throughout: chunks of min(chunk, the next power of two) added in
+    order element by element, then the vector's halves added until one element is left."""
+    cols = rows.shape[-1]
+    width = min(chunk, 1 << max(cols - 1, 0).bit_length())
+    padded = np.zeros((rows.shape[0], -(-cols // width) * width), np.float32)
+    padded[:, :cols] = rows
+    total = np.zeros((rows.shape[0], width), np.float32)
+    for start in range(0, cols, width):
+        total = total + padded[:, start:start + width]
+    while total.shape[1] > 1:
+        total = total[:, :total.shape[1] // 2] + total[:, total.shape[1] // 2:]
+    return total[:, 0]
+
+
+@pytest.mark.parametrize("cols", [1, 7, 1000, 1025, 3001])
+def test_row_sums_add_in_the_written_order_in_both_frameworks(cols):
+    # the bits of a row's sum are those of ordered_row_sum, on the Triton and the Pallas row kernels alike, on a CPU
+    # and on a GPU: the order is written out, never a reduction's own tree (which follows the compiler's register
+    # layout, and on a GPU the layout followed whether one row or many were summed)
+    from triton_kernels.row_reductions import row_sum
+
+    rows = np.random.default_rng(cols).standard_normal((5, cols)).astype(np.float32) * 3
+    expected = ordered_row_sum(rows)
+    for batch in (1, 2, 5):
+        torch_sum = row_sum(torch.from_numpy(rows[:batch]).to(DEVICE), False, torch.float32).cpu().numpy()
+        assert np.array_equal(torch_sum, expected[:batch]), batch
+    jax = pytest.importorskip("jax")
+    from pallas_kernels.row_reductions import row_sum as pallas_row_sum
+
+    for batch in (1, 2, 5):
+        assert np.array_equal(np.asarray(jax.jit(pallas_row_sum)(jax.numpy.asarray(rows[:batch]))), expected[:batch])
+
+
 def test_jax_refuses_what_it_does_not_cover():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy

@@ -1,8 +1,11 @@
 """Row reductions whose bits never depend on the number of rows, for the batch-invariant mode (ports.batch_invariant).
 
-One program reduces one row, in CHUNK-element chunks taken in order, each chunk's reduction a fixed tree: the
-order of every operation on a row depends on its length alone, never on how many rows there are (a library
-reduction may split a row across programs when rows are few, and so sum in another order). The rows are the
+One program reduces one row, in CHUNK-element chunks taken in order into a CHUNK-element float32 vector, which is
+then summed as a pairwise tree written out (`_tree_sum`): the order of every operation on a row depends on its
+length alone, never on how many rows there are (a library reduction may split a row across programs when rows are
+few, and so sum in another order), nor on the register layout the compiler gives the vector (`tl.sum`'s tree
+follows that layout, which follows what the compiler can prove of the row's alignment). So the Pallas row kernel
+(pallas_kernels/row_reductions.py), the interpreters and these kernels give a row's sum the same bits. The rows are the
 input's last dimension; the arithmetic is float32 whatever the input's type, and the result is rounded once.
 
 - softmax and log_softmax over the last dimension, and their backward passes;
@@ -17,6 +20,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 CHUNK = 1024  # elements of a row a step: a fixed size, so that a row's order depends on its length only
+_TREE_LEVELS = tl.constexpr(CHUNK.bit_length() - 1)  # halvings from CHUNK elements to one
 
 
 @triton.jit
@@ -27,6 +31,17 @@ def _row_max(x_ptr, cols, CHUNK: tl.constexpr):
         chunk = tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=float("-inf")).to(tl.float32)
         largest = tl.maximum(largest, chunk)
     return tl.max(largest, axis=0)
+
+
+@triton.jit
+def _tree_sum(values):
+    """The sum of a power-of-two-long vector as a fixed pairwise tree: its halves added element by element, then
+    the halves of that, down to one element. An axis of two elements is summed by one addition, whatever the
+    layout."""
+    for _ in tl.static_range(_TREE_LEVELS):
+        if values.shape[0] > 1:
+            values = tl.sum(tl.reshape(values, [2, values.shape[0] // 2]), axis=0)
+    return tl.sum(values, axis=0)
 
 
 @triton.jit
@@ -53,7 +68,7 @@ def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr, 
     for start in range(0, cols, CHUNK):
         chunk = tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=float("-inf")).to(tl.float32)
         total += _exp(chunk - largest, LIBDEVICE)
-    total_sum = tl.sum(total, axis=0)
+    total_sum = _tree_sum(total)
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
         chunk = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -82,7 +97,7 @@ def _softmax_backward_kernel(g_ptr, y_ptr, dx_ptr, cols, LOG: tl.constexpr, CHUN
             total += g
         else:
             total += g * tl.load(y_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
-    total_sum = tl.sum(total, axis=0)
+    total_sum = _tree_sum(total)
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
         g = tl.load(g_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -103,9 +118,9 @@ def _sum_kernel(x_ptr, y_ptr, cols, MEAN: tl.constexpr, CHUNK: tl.constexpr):
     for start in range(0, cols, CHUNK):
         total += tl.load(x_ptr + row * cols + start + offsets, mask=start + offsets < cols, other=0.0).to(tl.float32)
     if MEAN:
-        tl.store(y_ptr + row, (tl.sum(total, axis=0) / cols).to(y_ptr.dtype.element_ty))
+        tl.store(y_ptr + row, (_tree_sum(total) / cols).to(y_ptr.dtype.element_ty))
     else:
-        tl.store(y_ptr + row, tl.sum(total, axis=0).to(y_ptr.dtype.element_ty))
+        tl.store(y_ptr + row, _tree_sum(total).to(y_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -122,13 +137,13 @@ def _norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps, CENT
         total = tl.zeros([CHUNK], tl.float32)
         for start in range(0, cols, CHUNK):
             total += tl.load(x_ptr + start + offsets, mask=start + offsets < cols, other=0.0).to(tl.float32)
-        mean = tl.sum(total, axis=0) / cols
+        mean = _tree_sum(total) / cols
     squares = tl.zeros([CHUNK], tl.float32)
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
         centred = tl.where(mask, tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean, 0.0)
         squares += centred * centred
-    rstd = tl.rsqrt(tl.sum(squares, axis=0) / cols + eps)
+    rstd = tl.rsqrt(_tree_sum(squares) / cols + eps)
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
         y = (tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
@@ -164,8 +179,8 @@ def _norm_backward_kernel(g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, cols,
                         0.0)
         gw_total += gw
         gwx_total += gw * xhat
-    gw_mean = tl.sum(gw_total, axis=0) / cols if CENTRE else 0.0
-    gwx_mean = tl.sum(gwx_total, axis=0) / cols
+    gw_mean = _tree_sum(gw_total) / cols if CENTRE else 0.0
+    gwx_mean = _tree_sum(gwx_total) / cols
     for start in range(0, cols, CHUNK):
         mask = start + offsets < cols
         gw = tl.load(g_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
