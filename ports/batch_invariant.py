@@ -41,9 +41,6 @@ from typing import Callable
 
 import torch
 
-# torch's own kernels run for these inside the mode (listed in the README); what else it cannot cover it refuses
-NOT_COVERED = ("group_norm", "batch_norm", "cumsum and the reductions other than sum and mean (maxima and minima are "
-               "exact in any order)")
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -110,13 +107,30 @@ def _product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
     return port_for(a.device)[1]((a, b, out))
 
 
+def _one_term(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a product sums one term (K = 1, a rotary embedding's outer product of frequencies and positions) in
+    one floating dtype: then every element is a * b rounded once, whatever kernel forms it, and the mode forms it as
+    a broadcast product in any floating dtype."""
+    return a.shape[-1] == 1 and a.dtype == b.dtype and a.dtype.is_floating_point
+
+
+def _broadcast_product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
+    """a [..., M, 1] @ b [..., 1, N] as a * b, in a's dtype (out "same") or float32 (kept wider where a is)."""
+    dtype = a.dtype if out == "same" or a.dtype == torch.float64 else torch.float32
+    return a.to(dtype) * b.to(dtype)
+
+
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if _one_term(a, b):
+        return _broadcast_product(a, b, "same")
     _check("mm", a, b)
     return _product(a, b, "same")
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
     """beta bias + alpha (a @ b), the product and the sum in float32 and rounded once, as a fused epilogue does."""
+    if _one_term(a, b) and bias.dtype == a.dtype:
+        return _epilogue(_broadcast_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
     _check("addmm", bias, a, b)
     return _epilogue(_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
 
@@ -150,6 +164,8 @@ def _batched_product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if _one_term(a, b):
+        return _broadcast_product(a, b, "same")
     _check("bmm", a, b)
     return _batched_product(a, b, "same")
 
@@ -157,16 +173,21 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
     """beta bias + alpha (a @ b) for batches of products (attention's scores plus a mask in some models), rounded
     once as `_addmm`."""
+    if _one_term(a, b) and bias.dtype == a.dtype:
+        return _epilogue(_broadcast_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
     _check("baddbmm", bias, a, b)
     return _epilogue(_batched_product(a, b, "float32"), bias, beta, alpha).to(a.dtype)
 
 
 def _refused(op: str) -> Callable:
-    """A kernel for an op the mode does not cover but must not leave to torch (a product: batch-variant library
-    kernels): it raises NotCovered."""
+    """A kernel for an op the mode does not cover but must not leave to torch (a product or a sum whose order a
+    library kernel may choose by the batch): it raises NotCovered."""
+    instead = ("mm, addmm, bmm, baddbmm, matmul, linear" if op in REFUSED else
+               "sum, mean, var, std, softmax, logsumexp, the norms, over any dimensions")
+
     def refuse(*args, **kwargs):
-        raise NotCovered(f"batch-invariant mode: {op} is not covered (torch's kernel may be batch-variant); write "
-                         "it with the covered ops (mm, addmm, bmm, baddbmm, matmul, linear), or leave the mode")
+        raise NotCovered(f"batch-invariant mode: {op} is not covered (torch's kernel may sum in an order chosen by "
+                         f"the batch); write it with the covered ops ({instead}), or leave the mode")
 
     return refuse
 
@@ -217,19 +238,100 @@ def _rows_of(x: torch.Tensor, dims) -> tuple[torch.Tensor, list[int]]:
     return x.permute(*kept, *reduced).reshape(-1, cols), reduced
 
 
+def _reduced_shape(x: torch.Tensor, reduced: list[int], keepdim: bool) -> list[int]:
+    return ([1 if d in reduced else size for d, size in enumerate(x.shape)] if keepdim else
+            [size for d, size in enumerate(x.shape) if d not in reduced])
+
+
 def _sum_or_mean(op: str, x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
     """The sum (mean) over `dim` on the row kernel: over the last dimension, each row's bits its own whatever the
     batch; over other dimensions (across rows: a weight's gradient, a loss over the batch) in an order that depends
-    on the sizes alone. Integer and boolean sums, exact in any order, run as torch's cumulative sum."""
+    on the sizes alone. Integer and boolean sums, exact in any order, are the last of a running sum."""
     rows, reduced = _rows_of(x, dim)
-    shape = [1 if d in reduced else size for d, size in enumerate(x.shape)] if keepdim else [
-        size for d, size in enumerate(x.shape) if d not in reduced]
+    shape = _reduced_shape(x, reduced, keepdim)
     if not mean and not x.dtype.is_floating_point and not x.dtype.is_complex and dtype in (None, torch.int64):
         if not rows.shape[-1]:
             return torch.zeros(shape, dtype=torch.int64, device=x.device)
-        return rows.cumsum(-1)[:, -1].reshape(shape)
+        return _row_reductions(x.device).integer_cumsum(rows)[:, -1].reshape(shape)
     _check(op, x, dtypes_taken=REDUCTION_DTYPES)
     return _row_reductions(x.device).row_sum(rows, mean, dtype or x.dtype).reshape(shape)
+
+
+def _variance(op: str, x: torch.Tensor, dim, correction, keepdim: bool, root: bool):
+    """(the variance, or its root, and the mean) over `dim`, in x's dtype: the mean on the row kernel in float32,
+    then the deviations' squares summed on it, over max(0, N - correction) (torch's definition; correction 1 by
+    default)."""
+    _check(op, x, dtypes_taken=REDUCTION_DTYPES)
+    rows, reduced = _rows_of(x, dim)
+    sums = _row_reductions(x.device).row_sum
+    rows = rows.float()
+    mean = sums(rows, True, torch.float32)
+    deviations = rows - mean[:, None]
+    variance = sums(deviations * deviations, False, torch.float32) / max(
+        0, rows.shape[-1] - (1 if correction is None else correction))
+    shape = _reduced_shape(x, reduced, keepdim)
+    spread = variance.sqrt() if root else variance
+    return spread.to(x.dtype).reshape(shape), mean.to(x.dtype).reshape(shape)
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return _variance("var", x, dim, correction, keepdim, root=False)[0]
+
+
+def _std(x, dim=None, *, correction=None, keepdim=False):
+    return _variance("std", x, dim, correction, keepdim, root=True)[0]
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _variance("var_mean", x, dim, correction, keepdim, root=False)
+
+
+def _std_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _variance("std_mean", x, dim, correction, keepdim, root=True)
+
+
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """The 1-, 2- or infinity-norm over `dim` (every dimension by default), in float32 on the row kernel, rounded
+    once to `dtype` (x's by default); other orders refused."""
+    _check("linalg_vector_norm", x, dtypes_taken=REDUCTION_DTYPES)
+    rows, reduced = _rows_of(x, dim)
+    magnitudes = rows.float().abs()
+    sums = _row_reductions(x.device).row_sum
+    if ord == 2:
+        norm = sums(magnitudes * magnitudes, False, torch.float32).sqrt()
+    elif ord == 1:
+        norm = sums(magnitudes, False, torch.float32)
+    elif ord in (float("inf"), float("-inf")):
+        norm = magnitudes.amax(-1) if ord > 0 else magnitudes.amin(-1)  # exact in any order
+    else:
+        raise NotCovered(f"batch-invariant mode: aten::linalg_vector_norm of order {ord} is not covered (orders 1, "
+                         "2 and infinity are)")
+    return norm.to(dtype or x.dtype).reshape(_reduced_shape(x, reduced, keepdim))
+
+
+def _logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) over `dim`: the maximum (exact in any order) taken out, the exponentials summed on the row
+    kernel in float32, rounded once to x's dtype."""
+    _check("logsumexp", x, dtypes_taken=REDUCTION_DTYPES)
+    rows, reduced = _rows_of(x, dim)
+    rows = rows.float()
+    largest = rows.amax(-1)
+    largest = largest.masked_fill(largest.isinf(), 0)  # rows of infinities: their own sum gives the answer
+    total = _row_reductions(x.device).row_sum((rows - largest[:, None]).exp(), False, torch.float32)
+    return (total.log() + largest).to(x.dtype).reshape(_reduced_shape(x, reduced, keepdim))
+
+
+def _cumsum(x, dim, *, dtype=None):
+    """The running sum of integers or booleans (exact in any order) on a row kernel, in int64 (or `dtype`); of
+    floating types refused: torch's scan sums a lone row in another order than a batch of rows (CUB's scan then)."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or (dtype is not None and not (
+            dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex))):
+        raise NotCovered(f"batch-invariant mode: aten::cumsum on {x.dtype} (to {dtype}) is not covered (torch's scan "
+                         "sums a row alone in another order than many rows); integers and booleans are")
+    if x.dim() == 0:
+        return x.to(dtype or torch.int64).clone()
+    running = _row_reductions(x.device).integer_cumsum(x.movedim(dim, -1)).movedim(-1, dim)
+    return running if dtype in (None, torch.int64) else running.to(dtype)
 
 
 def _sum(x: torch.Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
@@ -345,6 +447,9 @@ KERNELS = {  # op -> the mode's kernel, on the CPU and CUDA dispatch keys
     "aten::_softmax_backward_data": _softmax_backward,
     "aten::_log_softmax_backward_data": functools.partial(_softmax_backward, log=True),
     "aten::mean.dim": _mean, "aten::sum.dim_IntList": _sum, "aten::sum": _sum,
+    "aten::var.correction": _var, "aten::std.correction": _std, "aten::var_mean.correction": _var_mean,
+    "aten::std_mean.correction": _std_mean, "aten::linalg_vector_norm": _vector_norm, "aten::logsumexp": _logsumexp,
+    "aten::cumsum": _cumsum,
     "aten::native_layer_norm": _layer_norm, "aten::native_layer_norm_backward": _layer_norm_backward,
     "aten::_fused_rms_norm": _rms_norm, "aten::_fused_rms_norm_backward": _rms_norm_backward,
 }
@@ -353,6 +458,39 @@ COVERED = (*KERNELS, "aten::scaled_dot_product_attention")  # torch.matmul, @, F
 REFUSED = ("aten::mm.out", "aten::addmm.out", "aten::addmm_", "aten::bmm.out", "aten::baddbmm.out", "aten::baddbmm_",
            "aten::addbmm", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::addr",
            "aten::_addmm_activation", "aten::_scaled_mm", "aten::_int_mm", "aten::convolution")
+
+
+# sums and scans the mode has no kernel for, beside the reductions torch tags (`ordered`): refused, not left to torch
+ORDERED = ("aten::native_group_norm", "aten::native_group_norm_backward", "aten::native_batch_norm",
+           "aten::native_batch_norm_backward", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
+           "aten::_native_batch_norm_legit_no_training", "aten::_batch_norm_with_update", "aten::cudnn_batch_norm",
+           "aten::cumsum.out", "aten::cumsum_", "aten::cumprod", "aten::cumprod.out", "aten::cumprod_",
+           "aten::_logcumsumexp", "aten::logcumsumexp", "aten::_cdist_forward", "aten::renorm", "aten::_embedding_bag",
+           "aten::_embedding_bag_forward_only", "aten::trace")
+EXACT = ("max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "all", "any", "count_nonzero")  # in any order
+
+
+@functools.cache
+def ordered() -> tuple[str, ...]:
+    """The ops refused for their order: `ORDERED`, and every op torch tags a reduction, other than those the mode
+    covers and those exact in any order (`EXACT`), that has a CPU or CUDA kernel of its own (one that only
+    decomposes reaches the ops it is made of)."""
+    def has_kernel(op: str) -> bool:
+        try:
+            return any(torch._C._dispatch_has_kernel_for_dispatch_key(op, key) for key in ("CPU", "CUDA"))
+        except RuntimeError:  # not an op of this torch
+            return False
+
+    tagged = []
+    for name in torch._C._dispatch_get_all_op_names():
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        if not name.startswith("aten::") or base in EXACT or name in KERNELS:
+            continue
+        packet = getattr(torch.ops.aten, base, None)
+        operator = getattr(packet, overload or "default", None) if packet is not None else None
+        if operator is not None and torch.Tag.reduction in operator.tags:
+            tagged.append(name)
+    return tuple(op for op in dict.fromkeys((*ORDERED, *sorted(tagged))) if has_kernel(op))
 
 
 def active() -> bool:
@@ -371,7 +509,7 @@ def enable() -> None:
         for key in ("CPU", "CUDA"):
             for op, kernel in KERNELS.items():
                 library.impl(op, kernel, key)
-            for op in REFUSED:
+            for op in (*REFUSED, *ordered()):
                 library.impl(op, _refused(op), key)
         for key in ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA"):  # above autograd: its backward is autograd's
             library.impl("aten::scaled_dot_product_attention", _attention, key)

@@ -91,28 +91,46 @@ _product.defvjp(_product_forward, _product_backward)
 REDUCTION_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 
 
-@jax.custom_vjp
-def _row_sum(x):
-    """x summed over its last axis on the row kernel (pallas_kernels.row_reductions)."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _sum(x, axes: tuple[int, ...]):
+    """x summed over `axes` on the row kernel (pallas_kernels.row_reductions): the axes moved last (a transposed
+    copy unless they are last already) and flattened into rows, so a sum's order depends on the sizes of the axes
+    it sums alone."""
     from pallas_kernels.row_reductions import row_sum
 
-    return row_sum(x)
+    kept = [d for d in range(x.ndim) if d not in axes]
+    if axes != tuple(range(len(kept), x.ndim)):
+        x = jnp.transpose(x, (*kept, *axes))
+    return row_sum(x.reshape(*x.shape[:len(kept)], -1))
 
 
-def _row_sum_forward(x):
-    return _row_sum(x), x.shape
+def _sum_forward(x, axes):
+    return _sum(x, axes), x.shape
 
 
-def _row_sum_backward(shape, g):
-    return (jnp.broadcast_to(g[..., None], shape),)
+def _sum_backward(axes, shape, g):
+    return (jnp.broadcast_to(jnp.expand_dims(g, axes), shape),)
 
 
-_row_sum.defvjp(_row_sum_forward, _row_sum_backward)
+_sum.defvjp(_sum_forward, _sum_backward)
+# reductions and scans whose floating-point result depends on the order of their terms, which XLA chooses by the
+# shape (and so by the batch): refused for floating-point operands (integer and boolean ones are exact in any order)
+ORDERED = ("reduce_prod", "cumsum", "cumprod", "cumlogsumexp", "reduce_window_sum", "reduce_window", "reduce")
 
 
-def _per_row(params: dict, x) -> bool:
-    """Whether a reduce_sum sums each row on its own: over the last axis alone, of a float type the kernel takes."""
-    return tuple(params["axes"]) == (x.ndim - 1,) and x.ndim >= 1 and x.dtype in REDUCTION_DTYPES
+def _inexact(*values) -> bool:
+    return any(jnp.issubdtype(value.dtype, jnp.inexact) for value in values)
+
+
+def _reduce_sum(x, axes) -> jax.Array:
+    """A floating-point reduce_sum on the row kernel, in the types it takes; refused in others."""
+    axes = tuple(sorted(axes))
+    if x.dtype not in REDUCTION_DTYPES:
+        raise NotCovered(f"batch_invariant: reduce_sum on {x.dtype} is not covered (the row kernel takes "
+                         f"{', '.join(jnp.dtype(dtype).name for dtype in REDUCTION_DTYPES)})")
+    if not axes:
+        return x
+    return _sum(x, axes)
 
 
 def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
@@ -172,7 +190,7 @@ def _jaxprs_in(params: dict):
 def _holds_what_is_replaced(jaxpr) -> bool:
     """Whether a jaxpr holds, at any depth, what the transformation replaces (a dot_general or a reduce_sum) or
     refuses."""
-    return any(eqn.primitive.name in ("dot_general", "reduce_sum") or eqn.primitive.name.startswith(REFUSED)
+    return any(eqn.primitive.name in ("dot_general", "reduce_sum", *ORDERED) or eqn.primitive.name.startswith(REFUSED)
                or any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
@@ -196,8 +214,11 @@ def _evaluate(jaxpr, consts, *args):
                              "implementation='xla'), or leave f untransformed")
         if name == "dot_general":
             outputs = [_dot_general(*values, **eqn.params)]
-        elif name == "reduce_sum" and _per_row(eqn.params, values[0]):
-            outputs = [_row_sum(values[0])]
+        elif name == "reduce_sum" and _inexact(values[0]):  # integer sums are exact in any order: XLA's
+            outputs = [_reduce_sum(values[0], eqn.params["axes"])]
+        elif name in ORDERED and _inexact(*values):
+            raise NotCovered(f"batch_invariant: {name} on {values[0].dtype} is not covered (its terms' order is "
+                             "XLA's, chosen by the shape); leave f untransformed")
         elif (name in CALLS or name in CUSTOM) and _holds_what_is_replaced(next(_jaxprs_in(eqn.params))[0]):
             outputs = _evaluate(*next(_jaxprs_in(eqn.params)), *values)  # the call's own (jaxpr, consts) first
         elif any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)):

@@ -9,7 +9,7 @@ follows that layout, which follows what the compiler can prove of the row's alig
 input's last dimension; the arithmetic is float32 whatever the input's type, and the result is rounded once.
 
 - softmax and log_softmax over the last dimension, and their backward passes;
-- the sum and the mean over the last dimension;
+- the sum and the mean over the last dimension; the running sum of integers;
 - LayerNorm and RMSNorm over the last dimensions, and the gradient of their input.
 """
 from __future__ import annotations
@@ -191,6 +191,20 @@ def _norm_backward_kernel(g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, cols,
                  mask=mask)
 
 
+@triton.jit
+def _integer_cumsum_kernel(x_ptr, y_ptr, cols, CHUNK: tl.constexpr):
+    """Row r's running sum of integers in int64 (exact in any order), chunk by chunk with the chunks' total
+    carried."""
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, CHUNK)
+    carried = tl.full([], 0, tl.int64)
+    for start in range(0, cols, CHUNK):
+        mask = start + offsets < cols
+        chunk = tl.load(x_ptr + row * cols + start + offsets, mask=mask, other=0).to(tl.int64)
+        tl.store(y_ptr + row * cols + start + offsets, tl.cumsum(chunk, axis=0) + carried, mask=mask)
+        carried += tl.sum(chunk, axis=0)
+
+
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     x = x.contiguous()
     cols = x.shape[-1] if x.dim() else 1
@@ -226,6 +240,15 @@ def row_sum(x: torch.Tensor, mean: bool, dtype: torch.dtype) -> torch.Tensor:
         else:
             y.fill_(float("nan") if mean else 0)  # the mean of nothing is NaN, as torch gives it; the sum is 0
     return y.reshape(x.shape[:-1])
+
+
+def integer_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """The running sum of integers (or booleans) over x's last dimension, in int64."""
+    x, rows, cols = _rows(x)
+    y = torch.empty(x.shape, device=x.device, dtype=torch.int64)
+    if rows and cols:
+        _integer_cumsum_kernel[(rows,)](x, y, cols, CHUNK=_chunk(cols))
+    return y
 
 
 def norm(x: torch.Tensor, cols: int, weight, bias, eps: float, centre: bool):
