@@ -2,6 +2,7 @@
 
     python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256]
                                  [--ops] [--json FILE]
+    python -m compare invariance --sweep [--lengths 4097,50257] [--dtypes float32] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
@@ -20,7 +21,9 @@ names the op. With
 the mode off and on: the median host time of `--repeats` calls, each waited for. With `--ops` it also probes each
 op a decoder runs (products, softmax, sums, norms, attention) on its own at a larger model's sizes, a sequence alone
 against in each batch, each framework's mode off and on (`compare.invariance_ops`): which library kernels are
-batch-variant, and that the modes' are not.
+batch-variant, and that the modes' are not. `--sweep` runs, instead of the decoder, every reduction-bearing op a
+transformer uses in each dtype and at row lengths no test uses, B = 1 to 256 (`compare.invariance_sweep`): with
+the mode on each must be invariant or refused by name; exit 1 where one is neither.
 
 The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
 softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
@@ -40,6 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from compare import help_text
+from compare.invariance_sweep import CPU_BATCHES, CPU_LENGTHS, DTYPES, GPU_BATCHES, GPU_LENGTHS, holes, sweep
+from compare.invariance_sweep import table as sweep_table
 
 EPS = 1e-5
 
@@ -443,7 +448,8 @@ def table(record: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare invariance", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", default="1,2,4", help="batch sizes, comma-separated (default 1,2,4)")
+    parser.add_argument("--batches", help="batch sizes, comma-separated (default 1,2,4; for --sweep "
+                        f"{','.join(map(str, GPU_BATCHES))} on a GPU, {','.join(map(str, CPU_BATCHES))} on a CPU)")
     parser.add_argument("--frameworks", default="torch,jax", help="torch, jax or both (default: torch,jax)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     parser.add_argument("--length", type=int, default=8, help="tokens a sequence (default 8)")
@@ -457,6 +463,13 @@ def main(argv=None) -> int:
                         help="also probe each op a decoder runs on its own, each framework's mode off and on: which "
                              "of the library kernels are batch-variant (sizes of an 8B model's layer on a GPU; "
                              "default: off)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="instead of the decoder, sweep every reduction-bearing op with the modes on and off "
+                             "(default: off)")
+    parser.add_argument("--lengths", help="the sweep's row lengths (default "
+                        f"{','.join(map(str, GPU_LENGTHS))} on a GPU, {','.join(map(str, CPU_LENGTHS))} on a CPU)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help=f"the sweep's dtypes (default {','.join(DTYPES)})")
+    parser.add_argument("--modes", default="on,off", help="the sweep's modes, on and off (default on,off)")
     parser.add_argument("--seed", type=int, default=0, help="the weights' and tokens' seed (default 0)")
     parser.add_argument("--cost", metavar="BATCHES",
                         help="also time a forward pass and a training step, the mode off and on, at these batch sizes "
@@ -465,18 +478,21 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write the record here (default: none)")
     args = parser.parse_args(argv)
     try:
-        batches = [int(b) for b in args.batches.split(",")]
+        batches = [int(b) for b in (args.batches or ("" if args.sweep else "1,2,4")).split(",") if b]
         cost_batches = [int(b) for b in args.cost.split(",")] if args.cost else []
-        if not batches or min(batches + cost_batches) < 1 or args.repeats < 1:
+        lengths = [int(n) for n in (args.lengths or "").split(",") if n]
+        if (not batches and not args.sweep) or min(batches + cost_batches + lengths + [1]) < 1 or args.repeats < 1:
             raise ValueError
     except ValueError:
-        print(f"--batches {args.batches!r}, --cost {args.cost!r}, --repeats {args.repeats}: give positive whole "
-              "numbers, e.g. 1,2,4", file=sys.stderr)
+        print(f"--batches {args.batches!r}, --cost {args.cost!r}, --lengths {args.lengths!r}, --repeats "
+              f"{args.repeats}: give positive whole numbers, e.g. 1,2,4", file=sys.stderr)
         return 2
     frameworks = [f for f in args.frameworks.split(",") if f]
     if not frameworks or set(frameworks) - {"torch", "jax"}:
         print(f"--frameworks {args.frameworks!r}: valid: torch, jax", file=sys.stderr)
         return 2
+    if args.sweep:
+        return _sweep(args, frameworks, batches, lengths, argv)
     sizes = dict(layers=args.layers, length=args.length, dim=args.dim, heads=args.heads, hidden=args.hidden,
                  vocab=args.vocab)
     if min(sizes.values()) < 1 or args.dim % args.heads:
@@ -492,6 +508,36 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps(record, indent=1, default=str))
     print(table(record))
     return 0 if record["passed"] else 1
+
+
+def _sweep(args, frameworks: list[str], batches: list[int], lengths: list[int], argv) -> int:
+    """`--sweep`: the record, its table, and exit 1 where the mode leaves an op variant."""
+    from compare import gpu_or_interpreters
+    from compare.records import device_info, provenance, versions
+
+    dtypes, modes = ([item for item in value.split(",") if item] for value in (args.dtypes, args.modes))
+    if not dtypes or set(dtypes) - set(DTYPES) or "on" not in modes or set(modes) - {"on", "off"}:
+        print(f"--dtypes {args.dtypes!r}, --modes {args.modes!r}: valid: {', '.join(DTYPES)}; on, or on,off",
+              file=sys.stderr)
+        return 2
+    on_gpu = gpu_or_interpreters()
+    record = {"command": shlex.join(["python", "-m", "compare", "invariance",
+                                     *(sys.argv[2:] if argv is None else argv)]),
+              **{key: value for key, value in provenance([]).items() if key != "sources"},
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), **device_info(), "versions": versions()}
+
+    def keep(found: dict) -> None:
+        record.update(found, holes=holes(found))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(record, indent=1, default=str))
+
+    keep(sweep(frameworks, on_gpu, batches, lengths, dtypes, args.seed,
+               progress=lambda message: print(message, file=sys.stderr, flush=True), keep=keep, modes=modes))
+    print("\n".join(sweep_table(record)))
+    for hole in record["holes"]:
+        print(f"HOLE: {hole}")
+    return 1 if record["holes"] else 0
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ Pallas.
 One program sums one row, in CHUNK-element chunks taken in order into a float32 vector, which is then summed as a
 pairwise tree written out (`_tree_sum`, as the Triton kernels' `_tree_sum`): the order of every addition depends on
 the row's length alone, never on the register layout the compiler picks (a reduction's own tree follows the layout,
-and the layout follows what the compiler can prove of a row's alignment, which differs between one row and many). Softmax, log-softmax and means reach XLA as
-`reduce_sum` over the last axis, so this one kernel covers them; the maximum that softmax takes is exact in any
-order and is left to XLA.
+and the layout follows what the compiler can prove of a row's alignment, which differs between one row and many).
+Every floating-point `reduce_sum` reaches this kernel (softmax's, log-softmax's, a mean's, a variance's, a norm's;
+over other axes than the last through a transposed copy); the maximum that softmax takes is exact in any order and
+is left to XLA.
 """
 from __future__ import annotations
 

@@ -462,8 +462,9 @@ REFUSED = ("aten::mm.out", "aten::addmm.out", "aten::addmm_", "aten::bmm.out", "
 
 # sums and scans the mode has no kernel for, beside the reductions torch tags (`ordered`): refused, not left to torch
 ORDERED = ("aten::native_group_norm", "aten::native_group_norm_backward", "aten::native_batch_norm",
-           "aten::native_batch_norm_backward", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
-           "aten::_native_batch_norm_legit_no_training", "aten::_batch_norm_with_update", "aten::cudnn_batch_norm",
+           "aten::native_batch_norm_backward", "aten::_native_batch_norm_legit",
+           "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
+           "aten::_batch_norm_with_update", "aten::cudnn_batch_norm",
            "aten::cumsum.out", "aten::cumsum_", "aten::cumprod", "aten::cumprod.out", "aten::cumprod_",
            "aten::_logcumsumexp", "aten::logcumsumexp", "aten::_cdist_forward", "aten::renorm", "aten::_embedding_bag",
            "aten::_embedding_bag_forward_only", "aten::trace")

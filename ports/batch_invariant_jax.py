@@ -194,6 +194,20 @@ def _holds_what_is_replaced(jaxpr) -> bool:
                or any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
+def _materialized(eqn, values: list, env: dict) -> list:
+    """The 16-bit floating operands of a replaced product or sum behind an optimization barrier, which every later
+    equation reads in their place: each is then computed once, rounded to its type, and read from memory by the
+    kernel and by everything else alike. Without it XLA may fuse the operand's producer into another consumer and
+    keep its value in float32 there (excess precision), in fusions it chooses by the shape: softmax's exp(x - max)
+    divided by the kernel's sum of the rounded exp gave bfloat16 rows other bits in a batch than alone."""
+    barred = []
+    for var, value in zip(eqn.invars, values):
+        if not hasattr(var, "val") and value.dtype in (jnp.bfloat16, jnp.float16):
+            value = env[var] = jax.lax.optimization_barrier(value)
+        barred.append(value)
+    return barred
+
+
 def _evaluate(jaxpr, consts, *args):
     """The jaxpr's outputs for `args`, every dot_general on the port."""
     env = {}
@@ -213,9 +227,9 @@ def _evaluate(jaxpr, consts, *args):
                              "may be batch-variant); write it with dot_general (jax.nn.dot_product_attention: "
                              "implementation='xla'), or leave f untransformed")
         if name == "dot_general":
-            outputs = [_dot_general(*values, **eqn.params)]
+            outputs = [_dot_general(*_materialized(eqn, values, env), **eqn.params)]
         elif name == "reduce_sum" and _inexact(values[0]):  # integer sums are exact in any order: XLA's
-            outputs = [_reduce_sum(values[0], eqn.params["axes"])]
+            outputs = [_reduce_sum(*_materialized(eqn, values, env), eqn.params["axes"])]
         elif name in ORDERED and _inexact(*values):
             raise NotCovered(f"batch_invariant: {name} on {values[0].dtype} is not covered (its terms' order is "
                              "XLA's, chosen by the shape); leave f untransformed")

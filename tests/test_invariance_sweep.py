@@ -1,0 +1,120 @@
+"""The sweep of reduction-bearing ops (compare.invariance_sweep), op by op on a CPU: with the mode on each op is
+invariant or refused by name, and everything it reaches is the mode's own kernel, refused, or row-local (an
+elementwise op, a view, a gather): nothing is left to a library reduction. On a GPU the same tests run the kernels
+compiled; the sweep at GPU sizes is recorded under results/."""
+import numpy as np
+import pytest
+import torch
+
+import ports.batch_invariant as bi
+from compare.invariance_sweep import _inputs, jax_ops, sweep, torch_ops
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LENGTH = 1025  # one past a chunk of the row kernels
+REFUSED_TORCH = {"cumsum": "aten::cumsum on torch.float16", "group_norm": "aten::native_group_norm"}
+REFUSED_JAX = {"cumsum": "cumsum on float16"}
+# torch ops that neither sum nor mix rows, beside those tagged pointwise and the views: a copy, a scalar, and the
+# negative log-likelihood's gather (its mean or sum over the batch is a function of the batch by definition)
+ROW_LOCAL_TORCH = ("aten::clone", "aten::scalar_tensor", "aten::nll_loss_forward", "aten::_to_copy", "aten::copy_")
+# JAX primitives that neither sum nor mix rows; the maxima are exact in any order
+ROW_LOCAL_JAX = {"abs", "add", "broadcast_in_dim", "convert_element_type", "div", "exp", "is_finite", "log", "max",
+                 "mul", "neg", "reduce_max", "rsqrt", "select_n", "sign", "sqrt", "square", "stop_gradient", "sub",
+                 "transpose", "reshape", "integer_pow", "gt", "ge", "lt", "le", "eq", "ne"}
+
+
+def _torch_operands(dtype=torch.float16):
+    arrays = _inputs(LENGTH, 3, seed=5)
+    return [torch.from_numpy(arrays[name]).to(DEVICE, dtype if arrays[name].dtype == np.float32 else None)
+            for name in ("x", "y", "weight", "weight_t", "target")]
+
+
+def _aten_reached(op) -> set[str]:
+    """The aten ops that `op` dispatches with the mode on (each overload's name)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reached(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            reached.add(func)
+            return func(*args, **(kwargs or {}))
+
+    reached = set()
+    with bi.batch_invariant(), Reached(), torch.no_grad():
+        try:
+            op(*_torch_operands())
+        except bi.NotCovered:
+            pass
+    return reached
+
+
+def _unclassified(reached) -> list[str]:
+    """The ops reached that are neither the mode's (covered or refused) nor row-local."""
+    mode = set(bi.KERNELS) | set(bi.COVERED) | set(bi.REFUSED) | set(bi.ordered())
+    unclassified = []
+    for func in reached:
+        name = func._schema.name + ("" if func._overloadname == "default" else f".{func._overloadname}")
+        if name not in mode and not (func.is_view or torch.Tag.pointwise in func.tags
+                                     or func._schema.name in ROW_LOCAL_TORCH):
+            unclassified.append(name)
+    return sorted(unclassified)
+
+
+@pytest.mark.parametrize("name", list(torch_ops()))
+def test_each_torch_op_is_invariant_or_refused_and_reaches_no_library_reduction(name):
+    op = torch_ops()[name]
+    assert _unclassified(_aten_reached(op)) == []
+    record = sweep(["torch"], DEVICE == "cuda", batches=[1, 2, 3], lengths=[LENGTH], dtypes=["float16"],
+                   progress=lambda _: None, ops=[name])
+    verdicts = record["verdicts"]["torch"][name]["float16"][str(LENGTH)]
+    if name in REFUSED_TORCH:
+        assert verdicts["on"].startswith(f"refused: batch-invariant mode: {REFUSED_TORCH[name]}")
+    else:
+        assert verdicts["on"] == "invariant", verdicts
+
+
+def _primitives(jaxpr) -> set[str]:
+    """Every primitive in a jaxpr, inner jaxprs' included."""
+    from ports.batch_invariant_jax import _jaxprs_in
+
+    found = set()
+    for eqn in jaxpr.eqns:
+        found.add(eqn.primitive.name)
+        for inner, _ in _jaxprs_in(eqn.params):
+            found |= _primitives(inner)
+    return found
+
+
+@pytest.mark.parametrize("name", list(jax_ops()))
+def test_each_jax_op_is_invariant_or_refused_and_holds_no_library_reduction(name):
+    jax = pytest.importorskip("jax")
+    from ports.batch_invariant_jax import CALLS, CUSTOM, ORDERED, REFUSED
+
+    arrays = _inputs(LENGTH, 3, seed=5)
+    jaxpr = jax.make_jaxpr(jax_ops()[name])(*(jax.numpy.asarray(arrays[key], jax.numpy.float16 if arrays[
+        key].dtype == np.float32 else None) for key in ("x", "y", "weight", "weight_t", "target")))
+    replaced_or_refused = {"dot_general", "reduce_sum", *ORDERED, *REFUSED, *CALLS, *CUSTOM}  # calls: entered
+    assert _primitives(jaxpr.jaxpr) - replaced_or_refused - ROW_LOCAL_JAX == set()
+    record = sweep(["jax"], DEVICE == "cuda", batches=[1, 2, 3], lengths=[LENGTH], dtypes=["float16"],
+                   progress=lambda _: None, ops=[name])
+    verdicts = record["verdicts"]["jax"][name]["float16"][str(LENGTH)]
+    if name in REFUSED_JAX:
+        assert verdicts["on"].startswith(f"refused: batch_invariant: {REFUSED_JAX[name]}")
+    else:
+        assert verdicts["on"] == "invariant", verdicts
+
+
+def test_the_sweep_fails_on_a_batch_variant_row_kernel_and_names_it(monkeypatch, capsys):
+    # a planted row kernel that sums a batch of rows in another order than one row: the sweep exits 1, naming the op
+    from compare.invariance import main
+    from triton_kernels import row_reductions
+
+    honest = row_reductions.row_sum
+
+    def planted(x, mean, dtype):
+        total = honest(x, mean, torch.float32)
+        return (total * (1 + 2.0**-10) if x.shape[0] > 2 else total).to(dtype)
+
+    monkeypatch.setattr(row_reductions, "row_sum", planted)
+    code = main(["--sweep", "--frameworks", "torch", "--lengths", "33", "--dtypes", "float32", "--batches", "1,3"])
+    out = capsys.readouterr().out
+    assert code == 1 and "HOLE: torch sum float32 length 33: variant at B=3" in out
+    assert "VARIANT B=3" in out.split("\n  sum ")[1].splitlines()[0]
