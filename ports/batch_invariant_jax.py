@@ -194,18 +194,22 @@ def _holds_what_is_replaced(jaxpr) -> bool:
                or any(_holds_what_is_replaced(inner) for inner, _ in _jaxprs_in(eqn.params)) for eqn in jaxpr.eqns)
 
 
-def _materialized(eqn, values: list, env: dict) -> list:
-    """The 16-bit floating operands of a replaced product or sum behind an optimization barrier, which every later
-    equation reads in their place: each is then computed once, rounded to its type, and read from memory by the
-    kernel and by everything else alike. Without it XLA may fuse the operand's producer into another consumer and
-    keep its value in float32 there (excess precision), in fusions it chooses by the shape: softmax's exp(x - max)
-    divided by the kernel's sum of the rounded exp gave bfloat16 rows other bits in a batch than alone."""
-    barred = []
-    for var, value in zip(eqn.invars, values):
-        if not hasattr(var, "val") and value.dtype in (jnp.bfloat16, jnp.float16):
-            value = env[var] = jax.lax.optimization_barrier(value)
-        barred.append(value)
-    return barred
+def _rounded_where_made(jaxpr) -> set:
+    """The 16-bit floating variables that a replaced product or sum reads, or that are widened to a wider float:
+    each is put behind an optimization barrier where it is made, so that it is computed once, rounded to its type,
+    and read from memory by every consumer alike. Without it XLA may compute such a value again inside another
+    consumer's fusion and keep it in float32 there (excess precision), in fusions it chooses by the shape:
+    jax.nn.softmax's exp(x - max), widened for its sum and divided by it, gave bfloat16 rows other bits in a batch
+    than alone."""
+    narrow = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    kept = set()
+    for eqn in jaxpr.eqns:
+        widened = (eqn.primitive.name == "convert_element_type"
+                   and jnp.issubdtype(eqn.params["new_dtype"], jnp.floating)
+                   and jnp.finfo(eqn.params["new_dtype"]).bits > 16)
+        if eqn.primitive.name in ("dot_general", "reduce_sum") or widened:
+            kept |= {var for var in eqn.invars if not hasattr(var, "val") and var.aval.dtype in narrow}
+    return kept
 
 
 def _evaluate(jaxpr, consts, *args):
@@ -215,10 +219,15 @@ def _evaluate(jaxpr, consts, *args):
     def read(var):
         return var.val if hasattr(var, "val") else env[var]
 
+    rounded = _rounded_where_made(jaxpr)
+
+    def keep(var, value):
+        env[var] = jax.lax.optimization_barrier(value) if var in rounded else value
+
     for var, value in zip(jaxpr.constvars, consts):
-        env[var] = value
+        keep(var, value)
     for var, value in zip(jaxpr.invars, args):
-        env[var] = value
+        keep(var, value)
     for eqn in jaxpr.eqns:
         values = [read(var) for var in eqn.invars]
         name = eqn.primitive.name
@@ -227,9 +236,9 @@ def _evaluate(jaxpr, consts, *args):
                              "may be batch-variant); write it with dot_general (jax.nn.dot_product_attention: "
                              "implementation='xla'), or leave f untransformed")
         if name == "dot_general":
-            outputs = [_dot_general(*_materialized(eqn, values, env), **eqn.params)]
+            outputs = [_dot_general(*values, **eqn.params)]
         elif name == "reduce_sum" and _inexact(values[0]):  # integer sums are exact in any order: XLA's
-            outputs = [_reduce_sum(*_materialized(eqn, values, env), eqn.params["axes"])]
+            outputs = [_reduce_sum(values[0], eqn.params["axes"])]
         elif name in ORDERED and _inexact(*values):
             raise NotCovered(f"batch_invariant: {name} on {values[0].dtype} is not covered (its terms' order is "
                              "XLA's, chosen by the shape); leave f untransformed")
@@ -242,7 +251,7 @@ def _evaluate(jaxpr, consts, *args):
             outputs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))  # as eval_jaxpr
             outputs = outputs if eqn.primitive.multiple_results else [outputs]
         for var, value in zip(eqn.outvars, outputs):
-            env[var] = value
+            keep(var, value)
     return [read(var) for var in jaxpr.outvars]
 
 
