@@ -96,18 +96,9 @@ def jax_ops(dtype, arrays: dict) -> dict:
 
 def _verdict(run, batches: list[int]) -> str:
     """Run `run(b)` (the first sequence's result, as a NumPy array, in a batch of b) alone and at each batch size."""
-    from ports.batch_invariant import NotCovered
+    from compare.invariance_sweep import verdict
 
-    try:
-        alone = run(1)
-        for batch in batches:
-            if batch > 1 and not np.array_equal(run(batch), alone, equal_nan=True):
-                return f"variant at B={batch}"
-    except NotCovered as error:
-        return f"refused: {error}"
-    except Exception as error:  # noqa: BLE001 - a kernel's failure is a finding, kept with its message
-        return f"failed: {type(error).__name__}: {error}"
-    return "invariant"
+    return verdict(lambda batch: run(max(batch, 1))[None], batches, last=False)
 
 
 def probe(frameworks: list[str], on_gpu: bool, batches: list[int], seed: int = 0, progress=print,

@@ -421,6 +421,21 @@ class _Scores(torch.autograd.Function):
         return grad @ key, (query.transpose(-2, -1) @ grad).transpose(-2, -1)
 
 
+def _masked_keys_last(key, value, attn_mask):
+    """The keys and values, and the mask's columns, reordered so that the keys the last query may not see come last,
+    the others in their order: a left-padded sequence's keys then lie where they lie in the sequence alone, followed
+    by keys whose weights are zero. The product by the values sums its keys in groups of a fixed size (an MMA's K),
+    so a padded sequence's keys shifted by the padding would be grouped, and rounded, otherwise; zeros at the end add
+    nothing. Earlier queries (a causal mask) see a prefix of the same keys, in the same order. Always gathered where
+    a mask is given, without asking the GPU whether any key is masked (a host read a layer)."""
+    allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min
+    keys = key.shape[-2]
+    order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
+    by_key = order[..., 0, :].expand(*key.shape[:-2], keys)[..., None]
+    key, value = (x.gather(-2, by_key.expand(*x.shape)) for x in (key, value))
+    return key, value, attn_mask.gather(-1, order.expand(*attn_mask.shape))
+
+
 def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
     """scaled_dot_product_attention as its definition, on the mode's kernels: the scores in float32 (`_Scores`),
     scaled and masked in float32, softmax on the row kernel, rounded to the inputs' dtype, and bmm by the values;
@@ -431,6 +446,8 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
+    if attn_mask is not None:
+        key, value, attn_mask = _masked_keys_last(key, value, attn_mask)
     scores = _Scores.apply(query, key) * (query.shape[-1] ** -0.5 if scale is None else scale)
     if is_causal:
         above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
@@ -438,7 +455,10 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if attn_mask is not None:
         scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores + attn_mask.float())
-    return torch.softmax(scores, -1).to(query.dtype) @ value
+    # a row whose mask allows no key gives zeros, as torch's kernels do (the definition's 0/0 would be NaN, which a
+    # padded query's row would carry into every key and value of the next layer)
+    probabilities = torch.softmax(scores, -1).masked_fill(~(scores > float("-inf")).any(-1, keepdim=True), 0)
+    return probabilities.to(query.dtype) @ value
 
 
 KERNELS = {  # op -> the mode's kernel, on the CPU and CUDA dispatch keys

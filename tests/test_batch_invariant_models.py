@@ -1,0 +1,72 @@
+"""The torch mode under the models people run: left padding, a KV cache, Hugging Face's Llama with greedy
+`generate()`. On a CPU the products of attention run on a planted port that rounds its running sum every few keys,
+as a GPU's MMA groups K: a left-padded sequence's keys then give its bits alone only where they sit where they sit
+alone (`ports.batch_invariant._masked_keys_last`); the other products run on the Triton port through its
+interpreter, in float16."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ports.batch_invariant as bi
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+GROUP = 4  # keys a group of the planted port
+
+
+def grouped_port(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
+    """a [B, M, K] @ b [B, K, N], the running sum over K rounded to float16 after every GROUP terms (in NumPy): a
+    result that moves when the terms shift by a number of places that GROUP does not divide."""
+    a64, b64 = a.cpu().numpy().astype(np.float64), b.cpu().numpy().astype(np.float64)
+    total = np.zeros((a.shape[0], a.shape[1], b.shape[2]))
+    for start in range(0, a.shape[2], GROUP):
+        total = (total + a64[:, :, start:start + GROUP] @ b64[:, start:start + GROUP]).astype(np.float16)
+    return torch.from_numpy(total.astype(np.float32)).to(a.device, a.dtype if out == "same" else torch.float32)
+
+
+def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
+    monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
+    gen = torch.Generator().manual_seed(7)
+    alone, padding, heads, depth = 13, 5, 2, 8
+    q, k, v = (torch.randn(2, heads, alone + padding, depth, generator=gen).to(DEVICE, DTYPE) for _ in range(3))
+    causal = torch.ones(alone + padding, alone + padding, dtype=torch.bool, device=DEVICE).tril()
+    keys = torch.arange(alone + padding, device=DEVICE)
+    mask = causal & (keys >= torch.tensor([padding, 0], device=DEVICE)[:, None])[:, None, None, :]  # row 0 padded
+
+    def first_sequence(reorder: bool):
+        if not reorder:
+            monkeypatch.setattr(bi, "_masked_keys_last", lambda key, value, attn_mask: (key, value, attn_mask))
+        with bi.batch_invariant():
+            batch = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            single = F.scaled_dot_product_attention(*(x[:1, :, padding:] for x in (q, k, v)),
+                                                    attn_mask=causal[:alone, :alone])
+        assert bool((batch[0, :, :padding] == 0).all())  # padded queries see no key: zeros, as torch gives
+        return batch[0, :, padding:], single[0]
+
+    assert torch.equal(*first_sequence(reorder=True))
+    assert not torch.equal(*first_sequence(reorder=False))  # the planted port catches keys shifted by the padding
+
+
+def test_hugging_face_llama_generates_the_same_bits_alone_and_in_a_left_padded_batch(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                      max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
+    model = transformers.LlamaForCausalLM(config).to(DEVICE, DTYPE).eval()
+    prompts = [list(range(3, 12)), list(range(20, 25)), list(range(40, 54))]
+
+    def generate(batch: list[list[int]]):
+        width = max(map(len, batch))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=DEVICE)
+        out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=3, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+        return out.sequences[:, width:], torch.stack(out.logits, 1)
+
+    with bi.batch_invariant():
+        tokens, logits = generate(prompts)
+        for index, prompt in enumerate(prompts):
+            tokens_alone, logits_alone = generate([prompt])
+            assert torch.equal(tokens_alone[0], tokens[index]) and torch.equal(logits_alone[0], logits[index]), index
