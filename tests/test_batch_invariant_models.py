@@ -48,14 +48,17 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
     assert not torch.equal(*first_sequence(reorder=False))  # the planted port catches keys shifted by the padding
 
 
-def test_hugging_face_llama_generates_the_same_bits_alone_and_in_a_left_padded_batch(monkeypatch):
+@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_batch(family, monkeypatch):
+    # random weights from a scaled-down config (Qwen2's attention projections carry biases: addmm); greedy decoding
+    # with a KV cache, prompts of three lengths left-padded to the longest
     transformers = pytest.importorskip("transformers")
     monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                      max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
-    model = transformers.LlamaForCausalLM(config).to(DEVICE, DTYPE).eval()
+    config = getattr(transformers, f"{family}Config")(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=96, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(DEVICE, DTYPE).eval()
     prompts = [list(range(3, 12)), list(range(20, 25)), list(range(40, 54))]
 
     def generate(batch: list[list[int]]):
