@@ -428,6 +428,7 @@ def _masked_keys_last(key, value, attn_mask):
     so a padded sequence's keys shifted by the padding would be grouped, and rounded, otherwise; zeros at the end add
     nothing. Earlier queries (a causal mask) see a prefix of the same keys, in the same order. Always gathered where
     a mask is given, without asking the GPU whether any key is masked (a host read a layer)."""
+    attn_mask = attn_mask.reshape(*[1] * (2 - attn_mask.dim()), *attn_mask.shape)  # a mask of keys alone: [1, keys]
     allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min
     keys = key.shape[-2]
     order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
