@@ -22,14 +22,15 @@ second grid axis).
 
 The reductions a decoder runs over its rows are covered too, by row kernels whose order depends on a row's length
 alone (triton_kernels.row_reductions), in float32, bfloat16 or float16, forward and backward: `softmax` and
-`log_softmax` (and so cross-entropy), `sum` and `mean`, LayerNorm (`native_layer_norm`) and RMSNorm (`F.rms_norm`'s
-mean, or the fused op torch may run for it), over the last dimension(s). A sum or mean over other dimensions (a
-weight's gradient, a loss over the batch) runs on the same kernel over the transposed rows, in an order fixed by the
-sizes alone (a function of the batch by definition); an integer or boolean sum, exact in any order, runs as a
-cumulative sum. `scaled_dot_product_attention` runs as its definition on the mode's products and softmax, its scores
-in float32 as flash attention keeps them (registered above autograd, in place of torch's choice among flash,
-memory-efficient, cuDNN and math kernels). Leaving the mode restores torch's kernels exactly (the overrides are one
-torch.library registration, destroyed on exit).
+`log_softmax` (and so cross-entropy), `sum` and `mean`, `var` and `std`, the 1-, 2- and infinity-norms, `logsumexp`,
+LayerNorm (`native_layer_norm`) and RMSNorm (`F.rms_norm`'s mean, or the fused op torch may run for it). A sum over
+other dimensions than the last (a weight's gradient, a loss over the batch) runs on the same kernel over the
+transposed rows, in an order fixed by the sizes alone; an integer or boolean sum or running sum, exact in any order,
+on a row kernel of its own. Every other reduction whose order torch's kernel chooses is refused (`ordered()`).
+`scaled_dot_product_attention` runs as its definition on the mode's products and softmax, its scores in float32 as
+flash attention keeps them, the keys a mask hides from the last query moved last (registered above autograd, in
+place of torch's choice among flash, memory-efficient, cuDNN and math kernels). Leaving the mode restores torch's
+kernels exactly (the overrides are one torch.library registration, destroyed on exit).
 """
 from __future__ import annotations
 

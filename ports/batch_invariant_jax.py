@@ -10,10 +10,11 @@ dimensions flattened, so a row has the same bits alone or in any batch. The port
 this machine runs (Mosaic GPU on Hopper, Pallas-Triton on other GPUs; on a CPU through their interpreters); on the
 GPU the ports give the same bits as each other and as the torch mode's (`ports.batch_invariant`).
 
-Each `reduce_sum` over the last axis alone (softmax's, log-softmax's, a mean's: a row's own sum) runs on a row
-kernel whose order depends on the row's length alone (`pallas_kernels.row_reductions`, the Triton row kernels'
-order); a sum over other axes (across rows: a loss over the batch, a weight's gradient) is a function of the batch
-by definition and is left to XLA, and so is every maximum (exact in any order).
+Each floating-point `reduce_sum` (softmax's, log-softmax's, a mean's, a variance's, a norm's), over any axes, runs
+on a row kernel whose order depends on the length of what it sums alone (`pallas_kernels.row_reductions`, the
+Triton row kernels' order); integer sums and maxima (exact in any order) are left to XLA; floating products,
+running sums and windowed sums are refused (`ORDERED`). The 16-bit values those kernels read, and those widened to
+float32, are rounded where they are made (`_rounded_where_made`).
 
 It composes with `jax.jit` and `jax.grad` either way round: a product's gradient runs on the port too (a custom VJP:
 the gradient of the lhs, g b^T, keeps the rows' invariance; the rhs's, a^T g, sums over the batch), and a row sum's
