@@ -112,7 +112,8 @@ def _one_term(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether a product sums one term (K = 1, a rotary embedding's outer product of frequencies and positions) in
     one floating dtype: then every element is a * b rounded once, whatever kernel forms it, and the mode forms it as
     a broadcast product in any floating dtype."""
-    return a.shape[-1] == 1 and a.dtype == b.dtype and a.dtype.is_floating_point
+    return (a.shape[-1] == 1 and b.shape[-2] == 1 and a.shape[:-2] == b.shape[:-2] and a.dtype == b.dtype
+            and a.dtype.is_floating_point)
 
 
 def _broadcast_product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
@@ -233,10 +234,12 @@ def _rows_of(x: torch.Tensor, dims) -> tuple[torch.Tensor, list[int]]:
     kept = [d for d in range(x.dim()) if d not in reduced]
     if x.dim() == 0:
         return x.reshape(1, 1), reduced
-    cols = 1
+    cols = rows = 1
     for d in reduced:
         cols *= x.shape[d]
-    return x.permute(*kept, *reduced).reshape(-1, cols), reduced
+    for d in kept:
+        rows *= x.shape[d]
+    return x.permute(*kept, *reduced).reshape(rows, cols), reduced
 
 
 def _reduced_shape(x: torch.Tensor, reduced: list[int], keepdim: bool) -> list[int]:
@@ -256,6 +259,21 @@ def _sum_or_mean(op: str, x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool
         return _row_reductions(x.device).integer_cumsum(rows)[:, -1].reshape(shape)
     _check(op, x, dtypes_taken=REDUCTION_DTYPES)
     return _row_reductions(x.device).row_sum(rows, mean, dtype or x.dtype).reshape(shape)
+
+
+def _sum_out(x: torch.Tensor, dim=None, keepdim: bool = False, *, dtype=None, out: torch.Tensor) -> torch.Tensor:
+    """`sum(..., out=)`, which torch's losses (mse_loss, smooth_l1_loss) call: the covered sum, copied out."""
+    return _copied_out(_sum(x, dim, keepdim, dtype=dtype), out)
+
+
+def _mean_out(x: torch.Tensor, dim=None, keepdim: bool = False, *, dtype=None, out: torch.Tensor) -> torch.Tensor:
+    return _copied_out(_mean(x, dim, keepdim, dtype=dtype), out)
+
+
+def _copied_out(result: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
 
 
 def _variance(op: str, x: torch.Tensor, dim, correction, keepdim: bool, root: bool):
@@ -430,6 +448,7 @@ def _masked_keys_last(key, value, attn_mask):
     nothing. Earlier queries (a causal mask) see a prefix of the same keys, in the same order. Always gathered where
     a mask is given, without asking the GPU whether any key is masked (a host read a layer)."""
     attn_mask = attn_mask.reshape(*[1] * (2 - attn_mask.dim()), *attn_mask.shape)  # a mask of keys alone: [1, keys]
+    attn_mask = attn_mask.expand(*attn_mask.shape[:-1], key.shape[-2])  # one broadcast over the keys
     allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min
     keys = key.shape[-2]
     order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
@@ -448,6 +467,11 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
+    if is_causal and attn_mask is not None:  # both: the causal mask joins the given one, before keys are moved
+        below = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
+                     else attn_mask.masked_fill(~below, float("-inf")))
+        is_causal = False
     if attn_mask is not None:
         key, value, attn_mask = _masked_keys_last(key, value, attn_mask)
     scores = _Scores.apply(query, key) * (query.shape[-1] ** -0.5 if scale is None else scale)
@@ -458,8 +482,10 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores + attn_mask.float())
     # a row whose mask allows no key gives zeros, as torch's kernels do (the definition's 0/0 would be NaN, which a
-    # padded query's row would carry into every key and value of the next layer)
-    probabilities = torch.softmax(scores, -1).masked_fill(~(scores > float("-inf")).any(-1, keepdim=True), 0)
+    # padded query's row would carry into every key and value of the next layer), its gradient too: its scores are
+    # zeroed before softmax (a row of NaN is not such a row, and stays NaN)
+    empty = (scores == float("-inf")).all(-1, keepdim=True)
+    probabilities = torch.softmax(scores.masked_fill(empty, 0), -1).masked_fill(empty, 0)
     return probabilities.to(query.dtype) @ value
 
 
@@ -471,7 +497,7 @@ KERNELS = {  # op -> the mode's kernel, on the CPU and CUDA dispatch keys
     "aten::mean.dim": _mean, "aten::sum.dim_IntList": _sum, "aten::sum": _sum,
     "aten::var.correction": _var, "aten::std.correction": _std, "aten::var_mean.correction": _var_mean,
     "aten::std_mean.correction": _std_mean, "aten::linalg_vector_norm": _vector_norm, "aten::logsumexp": _logsumexp,
-    "aten::cumsum": _cumsum,
+    "aten::cumsum": _cumsum, "aten::sum.IntList_out": _sum_out, "aten::mean.out": _mean_out,
     "aten::native_layer_norm": _layer_norm, "aten::native_layer_norm_backward": _layer_norm_backward,
     "aten::_fused_rms_norm": _rms_norm, "aten::_fused_rms_norm_backward": _rms_norm_backward,
 }

@@ -102,7 +102,7 @@ def _sum(x, axes: tuple[int, ...]):
     kept = [d for d in range(x.ndim) if d not in axes]
     if axes != tuple(range(len(kept), x.ndim)):
         x = jnp.transpose(x, (*kept, *axes))
-    return row_sum(x.reshape(*x.shape[:len(kept)], -1))
+    return row_sum(x.reshape(*x.shape[:len(kept)], math.prod(x.shape[len(kept):])))
 
 
 def _sum_forward(x, axes):

@@ -48,17 +48,22 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
     assert not torch.equal(*first_sequence(reorder=False))  # the planted port catches keys shifted by the padding
 
 
-@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
-def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_batch(family, monkeypatch):
-    # random weights from a scaled-down config (Qwen2's attention projections carry biases: addmm); greedy decoding
-    # with a KV cache, prompts of three lengths left-padded to the longest
+def tiny_model(family: str):
+    """A transformers causal LM with random weights from a scaled-down config (Qwen2's attention projections carry
+    biases: addmm)."""
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
     torch.manual_seed(0)
     config = getattr(transformers, f"{family}Config")(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=96, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
-    model = getattr(transformers, f"{family}ForCausalLM")(config).to(DEVICE, DTYPE).eval()
+    return getattr(transformers, f"{family}ForCausalLM")(config).to(DEVICE, DTYPE).eval()
+
+
+@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_batch(family, monkeypatch):
+    # greedy decoding with a KV cache, prompts of three lengths left-padded to the longest
+    model = tiny_model(family)
+    monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
     prompts = [list(range(3, 12)), list(range(20, 25)), list(range(40, 54))]
 
     def generate(batch: list[list[int]]):
@@ -73,3 +78,39 @@ def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_b
         for index, prompt in enumerate(prompts):
             tokens_alone, logits_alone = generate([prompt])
             assert torch.equal(tokens_alone[0], tokens[index]) and torch.equal(logits_alone[0], logits[index]), index
+
+
+@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
+    # the twin (compare.llama_jax) with the HF model's weights, both modes on, a left-padded batch: on a GPU the same
+    # bits; on a CPU the interpreters sum in their own orders, so within float16's rounding there; and each
+    # sequence's bits in the batch those of the sequence alone
+    jax = pytest.importorskip("jax")
+    from compare.llama_jax import logits_function, weights_of
+
+    model = tiny_model(family)
+    lengths = [9, 5, 14]
+    width = max(lengths)
+    tokens = np.zeros((3, width), np.int64)
+    mask = np.zeros((3, width), np.int64)
+    for row, count in enumerate(lengths):
+        tokens[row, width - count:] = np.arange(3 + 7 * row, 3 + 7 * row + count) % 96
+        mask[row, width - count:] = 1
+    positions = np.maximum(mask.cumsum(-1) - 1, 0)
+    with bi.batch_invariant(), torch.no_grad():
+        expected = model(input_ids=torch.from_numpy(tokens).to(DEVICE), attention_mask=torch.from_numpy(mask).to(
+            DEVICE), position_ids=torch.from_numpy(positions).to(DEVICE)).logits.float().cpu().numpy()
+    twin = logits_function(model.config)
+    weights = weights_of(model)
+    got = np.asarray(twin(weights, tokens, mask, positions).astype(jax.numpy.float32))
+    real = mask.astype(bool)
+    if DEVICE == "cuda":
+        assert np.array_equal(got[real], expected[real])
+    else:
+        # two float16 units at the largest logit: a 1% error in one norm's weight, or doubled rotary frequencies,
+        # is four times that
+        assert np.abs(got[real] - expected[real]).max() <= 2**-10 * np.abs(expected[real]).max()
+    for row, count in enumerate(lengths):  # alone: no padding
+        alone = twin(weights, tokens[row:row + 1, width - count:], mask[row:row + 1, width - count:],
+                     positions[row:row + 1, width - count:])
+        assert np.array_equal(np.asarray(alone.astype(jax.numpy.float32))[0], got[row, width - count:]), row

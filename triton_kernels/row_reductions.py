@@ -14,6 +14,8 @@ input's last dimension; the arithmetic is float32 whatever the input's type, and
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -208,7 +210,7 @@ def _integer_cumsum_kernel(x_ptr, y_ptr, cols, CHUNK: tl.constexpr):
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     x = x.contiguous()
     cols = x.shape[-1] if x.dim() else 1
-    return x, x.numel() // max(cols, 1), cols
+    return x, math.prod(x.shape[:-1]), cols
 
 
 def softmax(x: torch.Tensor, log: bool, dtype: torch.dtype) -> torch.Tensor:
