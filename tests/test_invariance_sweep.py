@@ -118,3 +118,17 @@ def test_the_sweep_fails_on_a_batch_variant_row_kernel_and_names_it(monkeypatch,
     out = capsys.readouterr().out
     assert code == 1 and "HOLE: torch sum float32 length 33: variant at B=3" in out
     assert "VARIANT B=3" in out.split("\n  sum ")[1].splitlines()[0]
+
+
+def test_the_sweep_catches_a_batch_variant_jax_row_kernel(monkeypatch, capsys):
+    # the same for the JAX transformation: a planted Pallas row sum whose last bit moves with the number of rows
+    pytest.importorskip("jax")
+    from compare.invariance import main
+    from pallas_kernels import row_reductions
+
+    honest = row_reductions.row_sum
+    monkeypatch.setattr(row_reductions, "row_sum",
+                        lambda x: honest(x) * (1 + 2.0**-10) if x.size // max(x.shape[-1], 1) > 4 else honest(x))
+    code = main(["--sweep", "--frameworks", "jax", "--lengths", "33", "--dtypes", "float32", "--batches", "1,3",
+                 "--modes", "on"])
+    assert code == 1 and "HOLE: jax sum float32 length 33: variant at B=3" in capsys.readouterr().out
