@@ -3,6 +3,7 @@
     python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256]
                                  [--ops] [--json FILE]
     python -m compare invariance --sweep [--lengths 4097,50257] [--dtypes float32] [--json FILE]
+    python -m compare invariance --model llama [--size full] [--new-tokens 8] [--cost 1,8,64] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
@@ -23,7 +24,10 @@ op a decoder runs (products, softmax, sums, norms, attention) on its own at a la
 against in each batch, each framework's mode off and on (`compare.invariance_ops`): which library kernels are
 batch-variant, and that the modes' are not. `--sweep` runs, instead of the decoder, every reduction-bearing op a
 transformer uses in each dtype and at row lengths no test uses, B = 1 to 256 (`compare.invariance_sweep`): with
-the mode on each must be invariant or refused by name; exit 1 where one is neither.
+the mode on each must be invariant or refused by name; exit 1 where one is neither. `--model llama` (or qwen2)
+runs, instead of the decoder, Hugging Face's own model with random weights from its published config: greedy
+generate() alone and in left-padded batches, the JAX twin against it, and with `--cost` each mode's cost under CUDA
+graphs (`compare.invariance_model`).
 
 The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
 softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
@@ -44,6 +48,7 @@ import numpy as np
 
 from compare import help_text
 from compare.invariance_sweep import CPU_BATCHES, CPU_LENGTHS, DTYPES, GPU_BATCHES, GPU_LENGTHS, holes, sweep
+from compare.invariance_model import FAMILIES
 from compare.invariance_sweep import table as sweep_table
 
 EPS = 1e-5
@@ -475,17 +480,28 @@ def main(argv=None) -> int:
                         help="also time a forward pass and a training step, the mode off and on, at these batch sizes "
                              "(e.g. 1,8,64,256; default: none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls a figure is the median of (default 5)")
+    parser.add_argument("--model", choices=sorted(FAMILIES),
+                        help="instead of the decoder, Hugging Face's model of this family (needs transformers)")
+    parser.add_argument("--size", choices=("full", "tiny"),
+                        help="--model's config: the published one, or a tiny one (default: full on a GPU, tiny on a "
+                             "CPU)")
+    parser.add_argument("--new-tokens", type=int, default=8, help="--model: tokens generate() makes (default 8)")
+    parser.add_argument("--twin", type=int, default=8, help="--model: prompts the JAX twin is checked on (default 8)")
+    parser.add_argument("--context", type=int, default=512,
+                        help="--model --cost: cached tokens before a decode step, and a prefill's tokens (default 512)")
     parser.add_argument("--json", type=Path, help="write the record here (default: none)")
     args = parser.parse_args(argv)
     try:
-        batches = [int(b) for b in (args.batches or ("" if args.sweep else "1,2,4")).split(",") if b]
+        batches = [int(b) for b in (args.batches or ("" if args.sweep or args.model else "1,2,4")).split(",") if b]
         cost_batches = [int(b) for b in args.cost.split(",")] if args.cost else []
         lengths = [int(n) for n in (args.lengths or "").split(",") if n]
-        if (not batches and not args.sweep) or min(batches + cost_batches + lengths + [1]) < 1 or args.repeats < 1:
+        if ((not batches and not (args.sweep or args.model)) or min(batches + cost_batches + lengths + [1]) < 1
+                or min(args.repeats, args.new_tokens, args.twin, args.context) < 1):
             raise ValueError
     except ValueError:
         print(f"--batches {args.batches!r}, --cost {args.cost!r}, --lengths {args.lengths!r}, --repeats "
-              f"{args.repeats}: give positive whole numbers, e.g. 1,2,4", file=sys.stderr)
+              f"{args.repeats}, --new-tokens {args.new_tokens}, --twin {args.twin}, --context {args.context}: give "
+              "positive whole numbers, e.g. 1,2,4", file=sys.stderr)
         return 2
     frameworks = [f for f in args.frameworks.split(",") if f]
     if not frameworks or set(frameworks) - {"torch", "jax"}:
@@ -493,6 +509,8 @@ def main(argv=None) -> int:
         return 2
     if args.sweep:
         return _sweep(args, frameworks, batches, lengths, argv)
+    if args.model:
+        return _model(args, frameworks, cost_batches, argv)
     sizes = dict(layers=args.layers, length=args.length, dim=args.dim, heads=args.heads, hidden=args.hidden,
                  vocab=args.vocab)
     if min(sizes.values()) < 1 or args.dim % args.heads:
@@ -507,6 +525,29 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1, default=str))
     print(table(record))
+    return 0 if record["passed"] else 1
+
+
+def _model(args, frameworks: list[str], cost_batches: list[int], argv) -> int:
+    """`--model`: the record, its table, and exit 1 where the mode lets a sequence's bits move."""
+    import torch
+
+    from compare import invariance_model
+    from compare.records import device_info, provenance, versions
+
+    on_gpu = torch.cuda.is_available()
+    batches = [int(b) for b in (args.batches or ("1,2,3,8,17,64" if on_gpu else "1,2,3")).split(",")]
+    record = invariance_model.run(args.model, args.size or ("full" if on_gpu else "tiny"), batches, args.new_tokens,
+                                  args.twin, frameworks, cost_batches, args.context, args.repeats, args.seed,
+                                  progress=lambda message: print(message, file=sys.stderr, flush=True))
+    record = {"command": shlex.join(["python", "-m", "compare", "invariance",
+                                     *(sys.argv[2:] if argv is None else argv)]),
+              **{key: value for key, value in provenance([]).items() if key != "sources"},
+              **device_info(), "versions": versions(), **record}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=1, default=str))
+    print(invariance_model.table(record))
     return 0 if record["passed"] else 1
 
 

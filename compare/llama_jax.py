@@ -35,9 +35,9 @@ def weights_of(model) -> dict:
     return weights
 
 
-def logits(weights: dict, tokens, attention_mask, position_ids, *, config):
+def logits(weights: dict, tokens, attention_mask, position_ids, *, config, last_only: bool = False):
     """Logits [B, T, vocab] in the model's dtype for tokens [B, T], transformers' 0/1 attention mask [B, T] (left
-    padding) and position ids [B, T]."""
+    padding) and position ids [B, T]; [B, 1, vocab], the last token's, with `last_only` (as generate's prefill)."""
     import jax
     import jax.numpy as jnp
 
@@ -91,16 +91,16 @@ def logits(weights: dict, tokens, attention_mask, position_ids, *, config):
         gate = linear(h, f"{prefix}.mlp.gate_proj").astype(f32)
         activated = (gate / (1 + jnp.exp(-gate))).astype(dtype)
         x = x + linear(activated * linear(h, f"{prefix}.mlp.up_proj"), f"{prefix}.mlp.down_proj")
-    return linear(rms_norm(x, "model.norm"), "lm_head")
+    return linear(rms_norm(x[:, -1:] if last_only else x, "model.norm"), "lm_head")
 
 
-def logits_function(config, invariant: bool = True):
+def logits_function(config, invariant: bool = True, last_only: bool = False):
     """`logits` for this config, through the batch-invariant transformation (or not), jitted with XLA's excess
     precision off."""
     import jax
 
     from ports.batch_invariant_jax import batch_invariant
 
-    function = functools.partial(logits, config=config)
+    function = functools.partial(logits, config=config, last_only=last_only)
     return jax.jit(batch_invariant(function) if invariant else function,
                    compiler_options={"xla_allow_excess_precision": False})
