@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ports.batch_invariant as bi
+from compare.invariance_model import generate, left_padded
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
@@ -49,39 +50,39 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
 
 
 def tiny_model(family: str):
-    """A transformers causal LM with random weights from a scaled-down config (Qwen2's attention projections carry
-    biases: addmm)."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = getattr(transformers, f"{family}Config")(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=96, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
-    return getattr(transformers, f"{family}ForCausalLM")(config).to(DEVICE, DTYPE).eval()
+    """A transformers causal LM with random weights from a tiny config (Qwen2's attention projections carry biases:
+    addmm)."""
+    pytest.importorskip("transformers")
+    from compare.invariance_model import hf_model
+
+    return hf_model(family, "tiny", DEVICE, DTYPE)
 
 
-@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_batch(family, monkeypatch):
     # greedy decoding with a KV cache, prompts of three lengths left-padded to the longest
     model = tiny_model(family)
     if DEVICE == "cpu":  # a GPU runs the mode's own port
         monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
     prompts = [list(range(3, 12)), list(range(20, 25)), list(range(40, 54))]
-
-    def generate(batch: list[list[int]]):
-        width = max(map(len, batch))
-        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=DEVICE)
-        out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=3, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
-        return out.sequences[:, width:], torch.stack(out.logits, 1)
-
     with bi.batch_invariant():
-        tokens, logits = generate(prompts)
+        tokens, logits = generate(model, prompts, 3)
         for index, prompt in enumerate(prompts):
-            tokens_alone, logits_alone = generate([prompt])
+            tokens_alone, logits_alone = generate(model, [prompt], 3)
             assert torch.equal(tokens_alone[0], tokens[index]) and torch.equal(logits_alone[0], logits[index]), index
 
 
-@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_the_model_command_reports_generate_alone_and_in_a_batch(capsys):
+    from compare.invariance import main
+
+    assert main(["--model", "llama", "--size", "tiny", "--batches", "1,2", "--new-tokens", "1",
+                 "--frameworks", "torch"]) == 0
+    report = capsys.readouterr().out
+    assert "sequences whose new tokens / logits differ" in report and "PASSED" in report
+    assert main(["--model", "llama", "--new-tokens", "0"]) == 2
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
     # the twin (compare.llama_jax) with the HF model's weights, both modes on, a left-padded batch: on a GPU the same
     # bits; on a CPU the interpreters sum in their own orders, so within float16's rounding there; and each
@@ -92,12 +93,8 @@ def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
     model = tiny_model(family)
     lengths = [9, 5, 14]
     width = max(lengths)
-    tokens = np.zeros((3, width), np.int64)
-    mask = np.zeros((3, width), np.int64)
-    for row, count in enumerate(lengths):
-        tokens[row, width - count:] = np.arange(3 + 7 * row, 3 + 7 * row + count) % 96
-        mask[row, width - count:] = 1
-    positions = np.maximum(mask.cumsum(-1) - 1, 0)
+    tokens, mask, positions = left_padded([list(range(3 + 7 * row, 3 + 7 * row + count)) for row, count in
+                                           enumerate(lengths)])
     with bi.batch_invariant(), torch.no_grad():
         expected = model(input_ids=torch.from_numpy(tokens).to(DEVICE), attention_mask=torch.from_numpy(mask).to(
             DEVICE), position_ids=torch.from_numpy(positions).to(DEVICE)).logits.float().cpu().numpy()
