@@ -133,9 +133,8 @@ def twin_comparison(model, batch: list[list[int]]) -> dict:
             "largest_logit": float(np.abs(expected[real]).max())}
 
 
-def graph_replay_ms(step, repeats: int) -> float:
-    """Median milliseconds (CUDA events) of `step` replayed from a CUDA graph it is captured into, after two
-    warm-up calls on a side stream."""
+def captured(step):
+    """(a CUDA graph of `step`, the tensor its replays write), after two warm-up calls on a side stream."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -146,7 +145,15 @@ def graph_replay_ms(step, repeats: int) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step()
+        output = step()
+    return graph, output
+
+
+def graph_replay_ms(step, repeats: int) -> float:
+    """Median milliseconds (CUDA events) of `step` replayed from a CUDA graph (`captured`)."""
+    import torch
+
+    graph, _ = captured(step)
     samples = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -155,13 +162,13 @@ def graph_replay_ms(step, repeats: int) -> float:
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end))
-    del graph
     return statistics.median(samples)
 
 
-def _steps(model, batch: int, context: int, seed: int) -> dict:
+def steps(model, batch: int, context: int, seed: int) -> dict:
     """{"decode": a decode step after `context` cached tokens, "prefill": a prefill of `context` tokens}, each a
-    call on fixed tensors (a StaticCache of its own), its cache filled by one prefill."""
+    call on fixed tensors with a StaticCache of its own (filled by one prefill), which it rewinds to the tokens
+    cached before it, so that each call (or replay) computes the same step."""
     import torch
     from transformers import StaticCache
 
@@ -176,10 +183,17 @@ def _steps(model, batch: int, context: int, seed: int) -> dict:
     caches = {name: StaticCache(config=model.config, max_cache_len=context + 1) for name in ("decode", "prefill")}
     for cache in caches.values():  # the cache's tensors are made by its first update, outside any graph
         model(input_ids=prompt, past_key_values=cache, cache_position=positions[:context], logits_to_keep=1)
-    return {"decode": lambda: model(input_ids=token, past_key_values=caches["decode"],
-                                    cache_position=positions[context:], logits_to_keep=1).logits,
-            "prefill": lambda: model(input_ids=prompt, past_key_values=caches["prefill"],
-                                     cache_position=positions[:context], logits_to_keep=1).logits}
+
+    def step(name: str, cached: int, ids_in):
+        def call():
+            for layer in caches[name].layers:  # a static layer appends at its own count of cached tokens
+                layer.cumulative_length.fill_(cached)
+            return model(input_ids=ids_in, past_key_values=caches[name], cache_position=positions[cached:][
+                :ids_in.shape[1]], logits_to_keep=1).logits
+
+        return call
+
+    return {"decode": step("decode", context, token), "prefill": step("prefill", 0, prompt)}
 
 
 def _waited(step):
@@ -206,7 +220,7 @@ def torch_costs(model, batches: list[int], context: int, repeats: int, seed: int
         for mode in ("off", "on"):
             progress(f"cost: torch, mode {mode}, B = {batch} ...")
             with _mode(mode == "on"), torch.no_grad():
-                for name, step in _steps(model, batch, context, seed).items():
+                for name, step in steps(model, batch, context, seed).items():
                     times = entry.setdefault(name, {"graph_ms": {}, "eager_ms": {}})
                     times["graph_ms"][mode] = graph_replay_ms(step, repeats)
                     times["eager_ms"][mode] = median_after_warm_up(_waited(step), repeats) * 1e3

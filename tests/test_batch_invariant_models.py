@@ -112,3 +112,18 @@ def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
         alone = twin(weights, tokens[row:row + 1, width - count:], mask[row:row + 1, width - count:],
                      positions[row:row + 1, width - count:])
         assert np.array_equal(np.asarray(alone.astype(jax.numpy.float32))[0], got[row, width - count:]), row
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="CUDA graphs need a GPU")
+def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
+    from compare.invariance_model import captured, steps
+
+    model = tiny_model("llama")
+    with bi.batch_invariant(), torch.no_grad():
+        for name, step in steps(model, 3, 12, 0).items():
+            eager = step().clone()
+            graph, output = captured(step)
+            output.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(output, eager) and torch.equal(step(), eager), name  # a call gives the same step again
