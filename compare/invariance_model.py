@@ -320,6 +320,6 @@ def table(record: dict) -> str:
             times = steps["prefill_ms"]
             lines.append(f"  {'jax':9} {batch:>4} {'prefill':8} {times['off']:8.3f} {'':9} {times['on']:8.3f} "
                          f"{'':9} {times['on'] / times['off']:6.2f}x  (jit, host time)")
-    lines.append("PASSED" if record["passed"] else
-                 "FAILED: the mode lets a sequence's bits depend on its batch, or the twin's logits are not the model's")
+    lines.append("PASSED" if record["passed"] else "FAILED: the mode lets a sequence's bits depend on its batch, "
+                 "or the twin's logits are not the model's")
     return "\n".join(lines)
