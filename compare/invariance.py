@@ -537,16 +537,21 @@ def _model(args, frameworks: list[str], cost_batches: list[int], argv) -> int:
 
     on_gpu = torch.cuda.is_available()
     batches = [int(b) for b in (args.batches or ("1,2,3,8,17,64" if on_gpu else "1,2,3")).split(",")]
-    record = invariance_model.run(args.model, args.size or ("full" if on_gpu else "tiny"), batches, args.new_tokens,
-                                  args.twin, frameworks, cost_batches, args.context, args.repeats, args.seed,
-                                  progress=lambda message: print(message, file=sys.stderr, flush=True))
-    record = {"command": shlex.join(["python", "-m", "compare", "invariance",
+    header = {"command": shlex.join(["python", "-m", "compare", "invariance",
                                      *(sys.argv[2:] if argv is None else argv)]),
               **{key: value for key, value in provenance([]).items() if key != "sources"},
-              **device_info(), "versions": versions(), **record}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(record, indent=1, default=str))
+              **device_info(), "versions": versions()}
+
+    def keep(found: dict) -> None:
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**header, **found}, indent=1, default=str))
+
+    record = {**header, **invariance_model.run(
+        args.model, args.size or ("full" if on_gpu else "tiny"), batches, args.new_tokens, args.twin, frameworks,
+        cost_batches, args.context, args.repeats, args.seed,
+        progress=lambda message: print(message, file=sys.stderr, flush=True), keep=keep)}
+    keep(record)
     print(invariance_model.table(record))
     return 0 if record["passed"] else 1
 

@@ -250,8 +250,9 @@ def jax_costs(model, batches: list[int], context: int, repeats: int, seed: int =
 
 
 def run(family: str, size: str, batches: list[int], new_tokens: int, twin: int, frameworks: list[str],
-        cost_batches: list[int], context: int, repeats: int, seed: int = 0, progress=print) -> dict:
-    """The record: the model, each comparison, the costs (on a GPU), and whether the modes passed."""
+        cost_batches: list[int], context: int, repeats: int, seed: int = 0, progress=print, keep=None) -> dict:
+    """The record: the model, each comparison, the costs (on a GPU), and whether the modes passed; `keep(record)`
+    after each part, so that a part that fails (its error is recorded) loses none before it."""
     import torch
 
     from compare import gpu_or_interpreters
@@ -264,25 +265,37 @@ def run(family: str, size: str, batches: list[int], new_tokens: int, twin: int, 
     record = {"model": {"family": FAMILIES[family], "size": size, "dtype": str(dtype).removeprefix("torch."),
                         "config": FULL[family] if size == "full" else TINY},
               "batches": batches, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in batch_prompts]}
+    keep = keep or (lambda found: None)
+    parts = []
     if "torch" in frameworks:
-        record["generate"] = {mode: generate_comparisons(model, batch_prompts, batches, new_tokens, mode == "on",
-                                                         progress) for mode in ("on", "off")}
+        parts.append((("generate",), lambda: {mode: generate_comparisons(
+            model, batch_prompts, batches, new_tokens, mode == "on", progress) for mode in ("on", "off")}))
     if "jax" in frameworks:
-        progress(f"twin: the JAX twin against the model, {twin} left-padded prompts ...")
-        record["twin"] = twin_comparison(model, batch_prompts[:twin])
+        parts.append((("twin",), lambda: twin_comparison(model, batch_prompts[:twin])))
     if cost_batches and on_gpu:
         record["cost"] = {"context": context, "repeats": repeats}
-        if "torch" in frameworks:
-            record["cost"]["torch"] = torch_costs(model, cost_batches, context, repeats, seed, progress)
-        if "jax" in frameworks:
-            record["cost"]["jax"] = jax_costs(model, cost_batches, context, repeats, seed, progress)
+        for framework, costs in (("torch", torch_costs), ("jax", jax_costs)):
+            if framework in frameworks:
+                parts.append((("cost", framework), lambda costs=costs: costs(
+                    model, cost_batches, context, repeats, seed, progress)))
     elif cost_batches:
         record["cost"] = "not measured: CUDA graphs need a GPU"
-    twin_held = "twin" not in record or (
+    for path, part in parts:
+        place = record
+        for key in path[:-1]:
+            place = place[key]
+        try:
+            place[path[-1]] = part()
+        except Exception as error:  # noqa: BLE001 - a part's failure is a finding, recorded with the parts before it
+            place[path[-1]] = {"failed": f"{type(error).__name__}: {error}"}
+            progress(f"{' '.join(path)} failed: {type(error).__name__}: {error}")
+        keep(record)
+    twin_held = "twin" not in record or "failed" not in record["twin"] and (
         record["twin"]["differing"] == 0 if on_gpu
         else record["twin"]["largest_difference"] <= 2**-10 * record["twin"]["largest_logit"])
-    record["passed"] = twin_held and all(entry["tokens_differ"] == entry["logits_differ"] == 0
-                                         for entry in record.get("generate", {}).get("on", {}).values())
+    generated = record.get("generate", {})
+    record["passed"] = twin_held and "failed" not in generated and all(
+        entry["tokens_differ"] == entry["logits_differ"] == 0 for entry in generated.get("on", {}).values())
     return record
 
 
@@ -292,14 +305,17 @@ def table(record: dict) -> str:
     lengths = record["prompt_lengths"]
     lines = [f"{model['family']} ({model['size']} config, random weights) in {model['dtype']}: greedy generate() of "
              f"{record['new_tokens']} tokens, prompts of {min(lengths)} to {max(lengths)} tokens left-padded"]
-    if "generate" in record:
+    for part in ("generate", "twin"):
+        if "failed" in record.get(part, {}):
+            lines.append(f"{part}: FAILED: {record[part]['failed']}")
+    if "generate" in record and "failed" not in record["generate"]:
         lines.append("  sequences whose new tokens / logits differ from the sequence's alone")
         lines.append(f"  {'B':>4}  {'mode on':>12}  {'mode off':>12}")
         for batch, on in record["generate"]["on"].items():
             off = record["generate"]["off"][batch]
             lines.append(f"  {batch:>4}  {on['tokens_differ']:>4} / {on['logits_differ']:<5}  "
                          f"{off['tokens_differ']:>4} / {off['logits_differ']:<5}")
-    if "twin" in record:
+    if "twin" in record and "failed" not in record["twin"]:
         twin = record["twin"]
         lines.append(f"the JAX twin, both modes on, against the model over {twin['sequences']} left-padded prompts: "
                      f"{twin['differing']} of {twin['logits']} logits differ (largest difference "
@@ -311,12 +327,19 @@ def table(record: dict) -> str:
         lines.append(f"cost, ms (median of {cost['repeats']}), after {cost['context']} cached tokens / a prefill of "
                      f"B x {cost['context']}: CUDA graph replay, and eager (host time) in brackets")
         lines.append(f"  {'framework':9} {'B':>4} {'step':8} {'mode off':>18} {'mode on':>18} {'on/off':>7}")
+        for framework in ("torch", "jax"):
+            if "failed" in cost.get(framework, {}):
+                lines.append(f"  {framework}: FAILED: {cost[framework]['failed']}")
         for batch, steps in cost.get("torch", {}).items():
+            if batch == "failed":
+                continue
             for name, times in steps.items():
                 graph, eager = times["graph_ms"], times["eager_ms"]
                 lines.append(f"  {'torch':9} {batch:>4} {name:8} {graph['off']:8.3f} ({eager['off']:7.3f}) "
                              f"{graph['on']:8.3f} ({eager['on']:7.3f}) {graph['on'] / graph['off']:6.2f}x")
         for batch, steps in cost.get("jax", {}).items():
+            if batch == "failed":
+                continue
             times = steps["prefill_ms"]
             lines.append(f"  {'jax':9} {batch:>4} {'prefill':8} {times['off']:8.3f} {'':9} {times['on']:8.3f} "
                          f"{'':9} {times['on'] / times['off']:6.2f}x  (jit, host time)")
