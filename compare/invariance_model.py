@@ -168,7 +168,8 @@ def graph_replay_ms(step, repeats: int) -> float:
 def steps(model, batch: int, context: int, seed: int) -> dict:
     """{"decode": a decode step after `context` cached tokens, "prefill": a prefill of `context` tokens}, each a
     call on fixed tensors with a StaticCache of its own (filled by one prefill), which it rewinds to the tokens
-    cached before it, so that each call (or replay) computes the same step."""
+    cached before it, so that each call (or replay) computes the same step. The cache holds `context` + 1 tokens, so
+    a prefill's queries see one key masked, as a static cache's are."""
     import torch
     from transformers import StaticCache
 
@@ -184,12 +185,18 @@ def steps(model, batch: int, context: int, seed: int) -> dict:
     for cache in caches.values():  # the cache's tensors are made by its first update, outside any graph
         model(input_ids=prompt, past_key_values=cache, cache_position=positions[:context], logits_to_keep=1)
 
+    # the keys each query sees, given as transformers' 4D mask: it builds one itself only while a graph is captured
+    # (and skips it in an eager decode step), which would capture a path the warm-up never ran and compiled
+    seen = torch.ones(context + 1, context + 1, dtype=torch.bool, device=model.device).tril()
+
     def step(name: str, cached: int, ids_in):
+        mask = seen[cached:cached + ids_in.shape[1]].expand(batch, 1, -1, -1)
+
         def call():
             for layer in caches[name].layers:  # a static layer appends at its own count of cached tokens
                 layer.cumulative_length.fill_(cached)
-            return model(input_ids=ids_in, past_key_values=caches[name], cache_position=positions[cached:][
-                :ids_in.shape[1]], logits_to_keep=1).logits
+            return model(input_ids=ids_in, attention_mask=mask, past_key_values=caches[name],
+                         cache_position=positions[cached:cached + ids_in.shape[1]], logits_to_keep=1).logits
 
         return call
 
