@@ -196,20 +196,23 @@ def _holds_what_is_replaced(jaxpr) -> bool:
 
 
 def _rounded_where_made(jaxpr) -> set:
-    """The 16-bit floating variables that a replaced product or sum reads, or that are widened to a wider float:
-    each is put behind an optimization barrier where it is made, so that it is computed once, rounded to its type,
-    and read from memory by every consumer alike. Without it XLA may compute such a value again inside another
-    consumer's fusion and keep it in float32 there (excess precision), in fusions it chooses by the shape:
-    jax.nn.softmax's exp(x - max), widened for its sum and divided by it, gave bfloat16 rows other bits in a batch
-    than alone."""
+    """The 16-bit floating variables that a replaced product or sum reads, that are widened to a wider float, or
+    that are made by narrowing a wider float: each is put behind an optimization barrier where it is made, so that
+    it is computed once, rounded to its type, and read from memory by every consumer alike. Without it XLA may
+    compute such a value again inside another consumer's fusion and keep it in float32 there (excess precision:
+    a narrowing and a widening convert in one fusion cancel), in fusions it chooses by the shape. jax.nn.softmax in
+    bfloat16 gave rows other bits in a batch than alone twice over: its exp(x - max), widened for its sum, and the
+    sum, narrowed to bfloat16 and divided by (docs/findings.md, "The modes, op by op, at sizes no test used")."""
     narrow = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     kept = set()
     for eqn in jaxpr.eqns:
-        widened = (eqn.primitive.name == "convert_element_type"
-                   and jnp.issubdtype(eqn.params["new_dtype"], jnp.floating)
-                   and jnp.finfo(eqn.params["new_dtype"]).bits > 16)
+        converted = eqn.primitive.name == "convert_element_type" and jnp.issubdtype(eqn.params["new_dtype"],
+                                                                                     jnp.floating)
+        widened = converted and jnp.finfo(eqn.params["new_dtype"]).bits > 16
         if eqn.primitive.name in ("dot_general", "reduce_sum") or widened:
             kept |= {var for var in eqn.invars if not hasattr(var, "val") and var.aval.dtype in narrow}
+        if converted and eqn.outvars[0].aval.dtype in narrow and eqn.invars[0].aval.dtype not in narrow:
+            kept.add(eqn.outvars[0])
     return kept
 
 
