@@ -135,3 +135,26 @@ def test_the_sweep_catches_a_batch_variant_jax_row_kernel(monkeypatch, capsys):
     code = main(["--sweep", "--frameworks", "jax", "--lengths", "33", "--dtypes", "float32", "--batches", "1,3",
                  "--modes", "on"])
     assert code == 1 and "HOLE: jax sum float32 length 33: variant at B=3" in capsys.readouterr().out
+
+
+def test_jax_16_bit_values_are_rounded_where_they_are_made():
+    # XLA's excess precision computes a bfloat16 value again inside a consumer's fusion, in float32, in fusions it
+    # picks by the shape: bfloat16 softmax moved bits at B = 2 on an H100 through its exp (widened for the sum) and
+    # through its sum (narrowed, then divided by). The mode keeps both behind an optimization barrier.
+    import jax
+    import jax.numpy as jnp
+
+    from ports.batch_invariant_jax import batch_invariant
+
+    def eqns(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn
+            for param in eqn.params.values():
+                inner = getattr(param, "jaxpr", None)
+                if inner is not None:
+                    yield from eqns(getattr(inner, "jaxpr", inner))
+
+    closed = jax.make_jaxpr(batch_invariant(lambda v: jax.nn.softmax(v, -1)))(jnp.ones((2, 8), jnp.bfloat16))
+    made = {var: eqn.primitive.name for eqn in eqns(closed.jaxpr) for var in eqn.outvars}
+    kept = [made[eqn.invars[0]] for eqn in eqns(closed.jaxpr) if eqn.primitive.name == "optimization_barrier"]
+    assert sorted(kept) == ["convert_element_type", "exp"]
