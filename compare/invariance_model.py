@@ -269,8 +269,10 @@ def run(family: str, size: str, batches: list[int], new_tokens: int, twin: int, 
     progress(f"building {FAMILIES[family]} ({size}) with random weights ...")
     model = hf_model(family, size, "cuda" if on_gpu else "cpu", dtype, seed)
     batch_prompts = prompts(max(batches + [twin]), model.config.vocab_size, PROMPT_LENGTHS[size], seed)
+    import transformers
+
     record = {"model": {"family": FAMILIES[family], "size": size, "dtype": str(dtype).removeprefix("torch."),
-                        "config": FULL[family] if size == "full" else TINY},
+                        "config": FULL[family] if size == "full" else TINY, "transformers": transformers.__version__},
               "batches": batches, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in batch_prompts]}
     keep = keep or (lambda found: None)
     parts = []
