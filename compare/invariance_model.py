@@ -214,9 +214,24 @@ def _waited(step):
     return call
 
 
+KERNELS_KEPT = 12  # a step's kernels recorded, the longest first
+
+
+def kernel_times(step) -> tuple[float, list]:
+    """(total device ms of one call of `step`, [[kernel, ms], ...] of its KERNELS_KEPT longest kernels, summed by
+    name) from torch.profiler: where a step's time goes."""
+    from compare.timing import device_ms, profiled
+
+    _, profiler = profiled(lambda _: step(), None, 1)
+    totals = device_ms(profiler)
+    longest = sorted(totals.items(), key=lambda item: -item[1])[:KERNELS_KEPT]
+    return sum(totals.values()), [[name[:120], round(ms, 4)] for name, ms in longest]
+
+
 def torch_costs(model, batches: list[int], context: int, repeats: int, seed: int = 0, progress=print) -> dict:
-    """{B: {"decode"/"prefill": {"graph_ms"/"eager_ms": {"off", "on"}}}}: each step replayed from a CUDA graph, and
-    called eagerly (host time, waited for), the torch mode off and on."""
+    """{B: {"decode"/"prefill": {"graph_ms"/"eager_ms"/"kernel_ms"/"kernels": {"off", "on"}}}}: each step replayed
+    from a CUDA graph, called eagerly (host time, waited for), and profiled once (its kernels' total and longest),
+    the torch mode off and on."""
     import torch
 
     from compare.timing import median_after_warm_up
@@ -228,9 +243,10 @@ def torch_costs(model, batches: list[int], context: int, repeats: int, seed: int
             progress(f"cost: torch, mode {mode}, B = {batch} ...")
             with _mode(mode == "on"), torch.no_grad():
                 for name, step in steps(model, batch, context, seed).items():
-                    times = entry.setdefault(name, {"graph_ms": {}, "eager_ms": {}})
+                    times = entry.setdefault(name, {"graph_ms": {}, "eager_ms": {}, "kernel_ms": {}, "kernels": {}})
                     times["graph_ms"][mode] = graph_replay_ms(step, repeats)
                     times["eager_ms"][mode] = median_after_warm_up(_waited(step), repeats) * 1e3
+                    times["kernel_ms"][mode], times["kernels"][mode] = kernel_times(step)
             torch.cuda.empty_cache()
     return entries
 
@@ -346,6 +362,9 @@ def table(record: dict) -> str:
                 graph, eager = times["graph_ms"], times["eager_ms"]
                 lines.append(f"  {'torch':9} {batch:>4} {name:8} {graph['off']:8.3f} ({eager['off']:7.3f}) "
                              f"{graph['on']:8.3f} ({eager['on']:7.3f}) {graph['on'] / graph['off']:6.2f}x")
+                for mode in ("off", "on") if "kernels" in times else ():
+                    longest = ", ".join(f"{kernel[:40]} {ms:.3f}" for kernel, ms in times["kernels"][mode][:3])
+                    lines.append(f"      mode {mode}: kernels {times['kernel_ms'][mode]:.3f} ms, longest {longest}")
         for batch, steps in cost.get("jax", {}).items():
             if batch == "failed":
                 continue

@@ -116,7 +116,7 @@ def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="CUDA graphs need a GPU")
 def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
-    from compare.invariance_model import captured, steps
+    from compare.invariance_model import captured, kernel_times, steps
 
     model = tiny_model("llama")
     with bi.batch_invariant(), torch.no_grad():
@@ -127,3 +127,5 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(output, eager) and torch.equal(step(), eager), name  # a call gives the same step again
+            total, longest = kernel_times(step)
+            assert total >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
