@@ -128,4 +128,4 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
             torch.cuda.synchronize()
             assert torch.equal(output, eager) and torch.equal(step(), eager), name  # a call gives the same step again
             total, longest = kernel_times(step)
-            assert total >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
+            assert total + 1e-3 >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
