@@ -440,16 +440,22 @@ class _Scores(torch.autograd.Function):
         return grad @ key, (query.transpose(-2, -1) @ grad).transpose(-2, -1)
 
 
+MASKED_AT = -1e4  # an additive mask's value at or below which a key counts as masked when keys are ordered: -1e4
+# (older models' convention), the dtype's lowest (transformers') and -inf leave a float32 weight of exactly zero
+
+
 def _masked_keys_last(key, value, attn_mask):
     """The keys and values, and the mask's columns, reordered so that the keys the last query may not see come last,
     the others in their order: a left-padded sequence's keys then lie where they lie in the sequence alone, followed
     by keys whose weights are zero. The product by the values sums its keys in groups of a fixed size (an MMA's K),
     so a padded sequence's keys shifted by the padding would be grouped, and rounded, otherwise; zeros at the end add
     nothing. Earlier queries (a causal mask) see a prefix of the same keys, in the same order. Always gathered where
-    a mask is given, without asking the GPU whether any key is masked (a host read a layer)."""
+    a mask is given, without asking the GPU whether any key is masked (a host read a layer). A key counts as masked
+    where a boolean mask is False or an additive one is at most MASKED_AT: moving any key keeps the result's value
+    (the values move with it), only its rounding."""
     attn_mask = attn_mask.reshape(*[1] * (2 - attn_mask.dim()), *attn_mask.shape)  # a mask of keys alone: [1, keys]
     attn_mask = attn_mask.expand(*attn_mask.shape[:-1], key.shape[-2])  # one broadcast over the keys
-    allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min
+    allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > MASKED_AT
     keys = key.shape[-2]
     order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
     by_key = order[..., 0, :].expand(*key.shape[:-2], keys)[..., None]

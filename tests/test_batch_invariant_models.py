@@ -26,7 +26,8 @@ def grouped_port(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
     return torch.from_numpy(total.astype(np.float32)).to(a.device, a.dtype if out == "same" else torch.float32)
 
 
-def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
+@pytest.mark.parametrize("masked", [None, "lowest", -1e4])  # a boolean mask; additive: the dtype's lowest, -1e4
+def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatch):
     monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
     gen = torch.Generator().manual_seed(7)
     alone, padding, heads, depth = 13, 5, 2, 8
@@ -35,14 +36,21 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(monkeypatch):
     keys = torch.arange(alone + padding, device=DEVICE)
     mask = causal & (keys >= torch.tensor([padding, 0], device=DEVICE)[:, None])[:, None, None, :]  # row 0 padded
 
+    def given(allowed):
+        if masked is None:
+            return allowed
+        lowest = torch.finfo(DTYPE).min if masked == "lowest" else masked
+        return torch.zeros(allowed.shape, dtype=DTYPE, device=DEVICE).masked_fill(~allowed, lowest)
+
     def first_sequence(reorder: bool):
         if not reorder:
             monkeypatch.setattr(bi, "_masked_keys_last", lambda key, value, attn_mask: (key, value, attn_mask))
         with bi.batch_invariant():
-            batch = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            batch = F.scaled_dot_product_attention(q, k, v, attn_mask=given(mask))
             single = F.scaled_dot_product_attention(*(x[:1, :, padding:] for x in (q, k, v)),
-                                                    attn_mask=causal[:alone, :alone])
-        assert bool((batch[0, :, :padding] == 0).all())  # padded queries see no key: zeros, as torch gives
+                                                    attn_mask=given(causal[:alone, :alone]))
+        if masked is None:
+            assert bool((batch[0, :, :padding] == 0).all())  # padded queries see no key: zeros, as torch gives
         return batch[0, :, padding:], single[0]
 
     assert torch.equal(*first_sequence(reorder=True))
