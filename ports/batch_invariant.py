@@ -197,6 +197,11 @@ def _refused(op: str) -> Callable:
 REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _result_in_reach(op: str, dtype) -> None:
+    if dtype is not None and (dtype.is_floating_point or dtype.is_complex) and dtype not in REDUCTION_DTYPES:
+        raise NotCovered(f"batch-invariant mode: aten::{op} to {dtype} is not covered (the row kernels sum in float32)")
+
+
 def _last_dimension(op: str, x: torch.Tensor, dims) -> None:
     """NotCovered unless `dims` (an int or a list of one) is x's last dimension: the rows the kernels reduce."""
     dims = [dims] if isinstance(dims, int) else list(dims or [])
@@ -258,6 +263,7 @@ def _sum_or_mean(op: str, x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool
             return torch.zeros(shape, dtype=torch.int64, device=x.device)
         return _row_reductions(x.device).integer_cumsum(rows)[:, -1].reshape(shape)
     _check(op, x, dtypes_taken=REDUCTION_DTYPES)
+    _result_in_reach(op, dtype)
     return _row_reductions(x.device).row_sum(rows, mean, dtype or x.dtype).reshape(shape)
 
 
@@ -313,6 +319,7 @@ def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The 1-, 2- or infinity-norm over `dim` (every dimension by default), in float32 on the row kernel, rounded
     once to `dtype` (x's by default); other orders refused."""
     _check("linalg_vector_norm", x, dtypes_taken=REDUCTION_DTYPES)
+    _result_in_reach("linalg_vector_norm", dtype)
     rows, reduced = _rows_of(x, dim)
     magnitudes = rows.float().abs()
     sums = _row_reductions(x.device).row_sum
@@ -334,6 +341,8 @@ def _logsumexp(x, dim, keepdim=False):
     _check("logsumexp", x, dtypes_taken=REDUCTION_DTYPES)
     rows, reduced = _rows_of(x, dim)
     rows = rows.float()
+    if not rows.shape[-1]:  # the log of an empty sum, as torch gives it
+        return torch.full(_reduced_shape(x, reduced, keepdim), float("-inf"), dtype=x.dtype, device=x.device)
     largest = rows.amax(-1)
     largest = largest.masked_fill(largest.isinf(), 0)  # rows of infinities: their own sum gives the answer
     total = _row_reductions(x.device).row_sum((rows - largest[:, None]).exp(), False, torch.float32)
@@ -440,8 +449,7 @@ class _Scores(torch.autograd.Function):
         return grad @ key, (query.transpose(-2, -1) @ grad).transpose(-2, -1)
 
 
-MASKED_AT = -1e4  # an additive mask's value at or below which a key counts as masked when keys are ordered: -1e4
-# (older models' convention), the dtype's lowest (transformers') and -inf leave a float32 weight of exactly zero
+MASKED_AT = -1e4  # an additive mask's value at or below which a key is ordered as masked (older models' padding)
 
 
 def _masked_keys_last(key, value, attn_mask):

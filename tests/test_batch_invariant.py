@@ -81,6 +81,11 @@ def test_an_uncovered_dtype_is_refused_naming_the_op(mode):
         torch.randn(4, 8, device=DEVICE) @ torch.randn(8, 3, device=DEVICE)
     with pytest.raises(bi.NotCovered, match=f"aten::addmm on {DTYPE}, torch.float32"):
         F.linear(half(4, 8, seed=6), half(3, 8, seed=7), torch.zeros(3, device=DEVICE))
+    for name, call in {"sum": lambda x: x.sum(-1, dtype=torch.float64),
+                       "linalg_vector_norm": lambda x: torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64),
+                       }.items():
+        with pytest.raises(bi.NotCovered, match=f"aten::{name} to torch.float64"):  # not float32's sum, widened
+            call(torch.randn(4, 8, device=DEVICE))
 
 
 def test_products_without_a_kernel_are_refused_and_baddbmm_is_covered(mode):
@@ -118,6 +123,16 @@ def test_bfloat16_is_refused_on_a_cpu(mode):
 def test_empty_products_need_no_launch(mode):
     assert (half(0, 8, seed=1) @ half(8, 3, seed=2)).shape == (0, 3)
     assert torch.equal(half(4, 0, seed=1) @ half(0, 3, seed=2), torch.zeros(4, 3, device=DEVICE, dtype=DTYPE))
+
+
+def test_reductions_over_nothing_give_torchs_answers():
+    x = torch.zeros(3, 0, device=DEVICE)
+    ops = {"sum": lambda v: v.sum(-1), "mean": lambda v: v.mean(-1), "logsumexp": lambda v: torch.logsumexp(v, -1),
+           "norm": lambda v: torch.linalg.vector_norm(v, dim=-1)}
+    expected = {name: op(x) for name, op in ops.items()}
+    with bi.batch_invariant():
+        for name, op in ops.items():
+            assert torch.equal(op(x).nan_to_num(7.0), expected[name].nan_to_num(7.0)), name
 
 
 def test_the_mode_takes_gluon_on_hopper_and_triton_elsewhere():
