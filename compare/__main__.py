@@ -70,11 +70,13 @@ def parse_args(argv):
     parser.add_argument("--time", action="store_true",
                         help="time every case set, not only the workload's benchmark sets; on CPU this times the "
                              "interpreters (meaningless as speed, but it exercises the timed path; default: off)")
-    parser.add_argument("--timer", choices=("host", "kernels", "all"), default="host",
+    parser.add_argument("--timer", choices=("host", "kernels", "all", "graph"), default="host",
                         help="host: wall clock between device synchronisations, launch overhead included "
                              "(default); kernels: sum of the call's kernel times from the profiler (GPU only); all: "
                              "both, and the torch caller's view through DLPack (custom_kernel), each on every timed "
-                             "input, with the overhead above kernel time (GPU only)")
+                             "input, with the overhead above kernel time (GPU only); graph: a torch port's call "
+                             "captured into a CUDA graph and replayed, CUDA events around the replay, the cost left "
+                             "without host overhead (GPU only; JAX ports are skipped)")
     parser.add_argument("--detail", action="store_true",
                         help="the full table: error figures, IQR, runs, TFLOP/s, TB/s, first-call time, difference "
                              "from the reference port (about 220 columns; default: off, a table of 100 columns)")
@@ -183,7 +185,7 @@ def main(argv=None) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    if args.timer in ("kernels", "all") and not on_gpu:
+    if args.timer in ("kernels", "all", "graph") and not on_gpu:
         print(f"--timer {args.timer} needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.pool < 2 or args.iters < 1 or args.max_seconds <= 0:

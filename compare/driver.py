@@ -15,6 +15,9 @@ Honest timing, the same for torch and JAX implementations:
 With timer="kernels" (GPU only) the time of a call is instead the sum of the device times of the
 kernels it launched, read from torch.profiler (which sees Triton, Pallas and XLA kernels alike):
 launch overhead and synchronisation are left out, which matters for calls of a few microseconds.
+With timer="graph" (GPU only, torch ports) each timed call is replayed from a CUDA graph captured once
+(`compare.timing.GraphCall`), its inputs copied into the graph's buffers first: what a caller that
+captures graphs pays.
 Every result is appended to the JSON file as soon as it is measured, and an implementation
 that raises, returns NaN or the wrong shape is recorded as failed while the run goes on.
 """
@@ -36,7 +39,7 @@ from pathlib import Path
 from compare.records import (Recorder, device_info, error_text, floor_seconds, property_verdict, provenance,
                              summarise, traceback_text, versions)
 from compare.result import Result
-from compare.timing import TIMERS, Synchroniser, timed_call
+from compare.timing import TIMERS, GraphCall, Synchroniser, timed_call
 from ports import Implementation, Workload, bit_view, first_difference, output_digest, to_framework, to_torch
 
 POOL_SEED_STRIDE = 7919  # pool member p of a case uses seed + p * stride
@@ -54,7 +57,8 @@ class Settings:
     min_seconds: float = 1.0  # keep timing until both min_iters and this much time are done
     max_seconds: float = 60.0  # but stop after this long (checks included) once BUDGET_RUNS are done
     timed: bool = True
-    timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler; "all": see TIMERS
+    timer: str = "host"  # "host": host clock between device synchronisations; "kernels": profiler; "all": see TIMERS;
+    # "graph": a torch port's call replayed from a CUDA graph (compare.timing.GraphCall)
     timed_sets: tuple | None = None  # case sets to time when timed (None: all)
     # on a machine without a GPU, the seconds each port (in an interpreter there) may spend before its remaining
     # cases are left out, said so (None: every case runs); the command line's default run sets it
@@ -160,6 +164,8 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
 
     result = Result(impl.name, impl.framework, impl.backend)
     missing = impl.needs.missing()
+    if not missing and settings.timer == "graph" and settings.timed and impl.framework != "torch":
+        missing = "--timer graph replays torch's CUDA graphs, which do not capture a JAX call (XLA's own streams)"
     if missing:
         result.status, result.reason = "skipped", missing
         return result, None
@@ -210,6 +216,7 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
         series = {how: [] for how in timers}
         calls = series[timers[0]]  # the headline series: host clock, or the kernels under --timer kernels
         generator = torch.Generator().manual_seed(len(pool))
+        graph = None  # --timer graph: the call captured, once
         planned = settings.min_iters + extra_calls(settings.min_iters)  # checked calls after the first two
         made = 0
         begun = time.perf_counter()
@@ -227,6 +234,10 @@ def measure(workload: Workload, impl: Implementation, case: dict, pool, referenc
                 if how == "untimed":
                     output = to_torch(function(to_framework(impl.framework, data)))
                     sync.wait(output)
+                elif how == "graph":
+                    graph = graph or GraphCall(function, kept_copy(data))
+                    output, seconds = graph(data, sync)
+                    series[how].append(seconds)
                 else:
                     output, seconds = timed_call(how, function, impl.framework, data, sync)
                     if seconds is None:
@@ -394,6 +405,7 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
         "implementations": [{"name": impl.name, "framework": impl.framework, "backend": impl.backend,
                              "label": impl.label} for impl in impls],
         "timing": {"kernels": "sum of kernel device times (torch.profiler), L2 flushed",
+                   "graph": "the call replayed from a CUDA graph, CUDA events around the replay, L2 flushed",
                    "host": "host clock between device-wide synchronisations, L2 flushed",
                    "all": "host clock (median_ms), kernel times (kernel_ms) and the torch caller's host clock "
                           "(from_torch_ms), each on every timed input, L2 flushed"}[settings.timer],

@@ -69,7 +69,8 @@ L2_FLUSH_BYTES = 256 * 2**20
 # What a call costs, timed three ways (Settings.timer "all" takes each in turn on every timed input):
 # "host": from the port's own framework, inputs already converted, host clock between device-wide synchronisations;
 # "kernels": the sum of the call's kernel times from the profiler; "from torch": the GPU MODE caller's view, torch
-# tensors in and out (for a JAX implementation, DLPack both ways inside the clock).
+# tensors in and out (for a JAX implementation, DLPack both ways inside the clock). `--timer graph` (`GraphCall`)
+# is a fourth, alone: a torch port's call replayed from a CUDA graph, the cost left once host overhead is gone.
 TIMERS = ("host", "kernels", "from torch")
 
 
@@ -89,6 +90,57 @@ class Synchroniser:
         if self.on_gpu:
             self.flush_buffer.zero_()
         self.wait()
+
+
+class GraphCall:
+    """A torch port's call captured into a CUDA graph on input buffers of its own (the `--timer graph` clock): each
+    call copies the inputs into the buffers, flushes L2 (both outside the clock), replays the graph between two CUDA
+    events, and returns the graph's output, which the next replay overwrites. The graph is captured once, after two
+    calls on a side stream (compiling and caching whatever the call keeps), from the first inputs given: a call
+    that reads to the host, allocates outside the capture's pool or launches what it has not run before cannot be
+    captured, and says so. The replay computes from the buffers' values, so every output is checked as any call's."""
+
+    def __init__(self, function, buffers):
+        import torch
+
+        self.buffers = buffers  # the inputs' structure, tensors of their own (`compare.driver.kept_copy`)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                function(self.buffers)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):
+                self.output = function(self.buffers)
+        except Exception as error:
+            raise RuntimeError(f"the call cannot be captured into a CUDA graph: {type(error).__name__}: {error}") \
+                from error
+
+    def __call__(self, data, sync: Synchroniser):
+        import torch
+
+        _copy_into(self.buffers, data)
+        sync.flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.graph.replay()
+        end.record()
+        end.synchronize()
+        return self.output, start.elapsed_time(end) / 1e3
+
+
+def _copy_into(buffers, data) -> None:
+    """Each tensor of `data` copied into the tensor at its place in `buffers` (dicts, tuples and lists alike)."""
+    if isinstance(buffers, dict):
+        for key in buffers:
+            _copy_into(buffers[key], data[key])
+    elif isinstance(buffers, (tuple, list)):
+        for buffer, item in zip(buffers, data, strict=True):
+            _copy_into(buffer, item)
+    elif hasattr(buffers, "copy_"):
+        buffers.copy_(data)
 
 
 def timed_call(how: str, function, framework: str, data, sync: Synchroniser):

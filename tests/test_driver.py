@@ -76,12 +76,28 @@ def test_driver_never_calls_on_seen_data(tmp_path):
         assert len(set(digests)) == len(digests), argument
 
 
-@pytest.mark.parametrize("timer", ["host", "all"])
+class Replayed:
+    """A CPU's stand-in for `compare.timing.GraphCall`: the call "replayed" on the buffers it was captured on."""
+
+    def __init__(self, function, buffers):
+        self.function, self.buffers = function, buffers
+
+    def __call__(self, data, sync):
+        from compare.timing import _copy_into
+
+        _copy_into(self.buffers, data)
+        return self.function(self.buffers), 0.001
+
+
+@pytest.mark.parametrize("timer", ["host", "all", "graph"])
 def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch, timer):
-    # under --timer all every timed input is called three ways, each output checked (the profiler stood in for here)
+    # under --timer all every timed input is called three ways, each output checked (the profiler stood in for
+    # here); under --timer graph each is replayed on the graph's buffers (a stand-in here) and checked
+    import compare.driver as driver
     import compare.timing as timing
 
     monkeypatch.setattr(timing, "profiled_calls", lambda function, inputs: (function(inputs), {"kernel": 0.001}))
+    monkeypatch.setattr(driver, "GraphCall", Replayed)
     cached_trimul.__defaults__[0].clear()
     settings = Settings(pool=3, min_iters=4, max_iters=4, min_seconds=0.0, timed=True, timer=timer)
     record = run(planted_workload("cached"), ["cached", "torch"], ["smoke"], tmp_path / "r.json",
@@ -94,6 +110,19 @@ def test_driver_reports_cached_result_as_failing_not_fast(tmp_path, monkeypatch,
     passed, calls = map(int, status["torch"]["checked"].split()[0].split("/"))
     assert status["torch"]["status"] == "pass" and passed == calls
     assert 4 + 1 <= calls - 2 - 4 * (2 if timer == "all" else 0) <= 4 + 2
+
+
+def test_the_graph_clock_skips_jax_ports_and_replays_torchs(tmp_path, monkeypatch):
+    import compare.driver as driver
+
+    if not ON_GPU:
+        monkeypatch.setattr(driver, "GraphCall", Replayed)
+    settings = Settings(pool=2, min_iters=3, max_iters=3, min_seconds=0.0, timed=True, timer="graph")
+    record = run(planted_workload(), ["torch", "jax_xla"], ["smoke:0"], tmp_path / "r.json", settings,
+                 progress=lambda message: None)
+    status = {r["impl"]: r for r in record["results"]}
+    assert status["jax_xla"]["status"] == "skipped" and "JAX call" in status["jax_xla"]["reason"]
+    assert status["torch"]["status"] == "pass" and status["torch"]["runs"] == 3 and status["torch"]["median_ms"] > 0
 
 
 def test_driver_draws_each_cases_call_count_afresh():
