@@ -36,76 +36,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 from typing import Callable
 
 import torch
 
-PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
-DTYPES = (torch.bfloat16, torch.float16)
+from ports.batch_invariant_attention import attention
+from ports.batch_invariant_kernels import (DTYPES, PORT_ORDER, REDUCTION_DTYPES, NotCovered, _batched_product, _check,
+                                           _product, _row_reductions, port_for)
 
-
-class NotCovered(RuntimeError):
-    """A product the mode does not cover. A RuntimeError, not a TypeError: torch turns a TypeError raised under `@`
-    into Python's own "unsupported operand" error, which would hide the reason."""
+__all__ = ["DTYPES", "PORT_ORDER", "NotCovered", "active", "batch_invariant", "disable", "enable", "ordered",
+           "port_for"]
 
 
 _library: torch.library.Library | None = None
 _depth = 0
-_ports: dict[str, tuple[str, Callable]] = {}  # device type -> (port name, its matmul): metadata, chosen once
-
-
-def _interpreter_ready(device: torch.device) -> None:
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("batch-invariant mode on a CPU runs the Triton kernels through Triton's interpreter: set "
-                           "TRITON_INTERPRET=1 before triton is imported")
-
-
-def port_for(device: torch.device) -> tuple[str, Callable]:
-    """(name, matmul function) of the port the mode runs for tensors on `device`: the first of PORT_ORDER this
-    machine runs. RuntimeError where none runs (on a CPU: without the Triton interpreter)."""
-    if device.type not in _ports:
-        from ports import matmul as spec
-
-        _interpreter_ready(device)
-        usable = [name for name in PORT_ORDER
-                  if device.type == "cuda" or not spec.WORKLOAD.implementation(name).needs.gpu]
-        name = next((name for name in usable if spec.WORKLOAD.implementation(name).needs.missing() is None), None)
-        if name is None:
-            raise RuntimeError(f"batch-invariant mode: none of the matmul ports {PORT_ORDER} runs on this machine")
-        _ports[device.type] = (name, spec.WORKLOAD.implementation(name).load())
-    return _ports[device.type]
-
-
-@functools.cache
-def _has_gpu() -> bool:
-    """Whether this machine has a CUDA GPU: metadata, asked once rather than on every op."""
-    return torch.cuda.is_available()
-
-
-def _check(op: str, *tensors: torch.Tensor, dtypes_taken=DTYPES) -> None:
-    """NotCovered for what the kernels do not take: another dtype than bfloat16 or float16 (`dtypes_taken`), mixed
-    dtypes, CPU tensors where the mode runs on a GPU, bfloat16 on a CPU."""
-    dtypes = {tensor.dtype for tensor in tensors}
-    if len(dtypes) != 1 or not dtypes <= set(dtypes_taken):
-        raise NotCovered(f"batch-invariant mode: aten::{op} on {', '.join(sorted(map(str, dtypes)))} is not covered "
-                         f"(the kernels take {', '.join(map(str, dtypes_taken))}, operands alike); cast, or leave the "
-                         "mode")
-    if tensors[0].device.type == "cpu" and _has_gpu():
-        raise NotCovered(f"batch-invariant mode: aten::{op} on CPU tensors is not covered on a machine with a GPU")
-    if tensors[0].device.type == "cpu" and torch.bfloat16 in dtypes:
-        raise NotCovered(f"batch-invariant mode: aten::{op} on bfloat16 CPU tensors is not covered: Triton's "
-                         "interpreter, which runs the port on a CPU, misreads bfloat16 (float16 runs)")
-
-
-def _product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
-    """a [M, K] @ b [K, N] on the port, in a's dtype (out "same") or float32; empty sizes without a launch."""
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    dtype = a.dtype if out == "same" else torch.float32
-    if min(m, n, k) == 0:
-        return torch.zeros((m, n), device=a.device, dtype=dtype)
-    return port_for(a.device)[1]((a, b, out))
 
 
 def _one_term(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -146,25 +91,6 @@ def _epilogue(total: torch.Tensor, bias: torch.Tensor, beta, alpha) -> torch.Ten
     return total
 
 
-@functools.cache
-def _batched_port() -> Callable:
-    """The Triton port's batched product, which bmm runs on every machine: Gluon's port has none, and the ports give
-    the same bits as each other."""
-    from ports import matmul as spec
-
-    return spec.WORKLOAD.implementation("triton").load("batched_matmul")
-
-
-def _batched_product(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
-    """a [B, M, K] @ b [B, K, N], every product in one launch, each one's bits those of the product alone, in a's
-    dtype (out "same") or float32; empty sizes without a launch."""
-    dtype = a.dtype if out == "same" else torch.float32
-    if min(a.shape[0], a.shape[1], a.shape[2], b.shape[2]) == 0:
-        return torch.zeros((a.shape[0], a.shape[1], b.shape[2]), device=a.device, dtype=dtype)
-    _interpreter_ready(a.device)
-    return _batched_port()(a, b, out)
-
-
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if _one_term(a, b):
         return _broadcast_product(a, b, "same")
@@ -194,9 +120,6 @@ def _refused(op: str) -> Callable:
     return refuse
 
 
-REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
 def _result_in_reach(op: str, dtype) -> None:
     if dtype is not None and (dtype.is_floating_point or dtype.is_complex) and dtype not in REDUCTION_DTYPES:
         raise NotCovered(f"batch-invariant mode: aten::{op} to {dtype} is not covered (the row kernels sum in float32)")
@@ -208,13 +131,6 @@ def _last_dimension(op: str, x: torch.Tensor, dims) -> None:
     if len(dims) != 1 or dims[0] % max(x.dim(), 1) != max(x.dim(), 1) - 1:
         raise NotCovered(f"batch-invariant mode: aten::{op} over dimension(s) {dims} of a {x.dim()}-D tensor is not "
                          "covered (the row kernels reduce the last dimension only)")
-
-
-def _row_reductions(device: torch.device):
-    _interpreter_ready(device)
-    from triton_kernels import row_reductions
-
-    return row_reductions
 
 
 def _softmax(x: torch.Tensor, dim: int, half_to_float: bool, log: bool = False) -> torch.Tensor:
@@ -428,81 +344,6 @@ def _rms_norm_backward(g, x, normalized_shape, rstd, weight, output_mask):
     return grad_input, _parameter_gradients(g, x, cols, None, rstd.float(), weight, None, output_mask[1], False)[0]
 
 
-class _Scores(torch.autograd.Function):
-    """query @ key^T in float32 on the batched product, as flash attention keeps its scores. The backward pass rounds
-    the scores' gradient to the inputs' dtype, as flash attention rounds dS, and takes its two products on the mode's
-    bmm, in the forms the JAX transformation's product takes (dS @ key, and (query^T @ dS)^T for the key)."""
-
-    @staticmethod
-    def forward(ctx, query, key):
-        _check("scaled_dot_product_attention", query, key)
-        ctx.save_for_backward(query, key)
-        rows, cols, depth = query.shape[-2], key.shape[-2], query.shape[-1]
-        scores = _batched_product(query.reshape(-1, rows, depth), key.reshape(-1, cols, depth).transpose(1, 2),
-                                  "float32")
-        return scores.reshape(*query.shape[:-1], cols)
-
-    @staticmethod
-    def backward(ctx, grad):
-        query, key = ctx.saved_tensors
-        grad = grad.to(query.dtype)
-        return grad @ key, (query.transpose(-2, -1) @ grad).transpose(-2, -1)
-
-
-MASKED_AT = -1e4  # an additive mask's value at or below which a key is ordered as masked (older models' padding)
-
-
-def _masked_keys_last(key, value, attn_mask):
-    """The keys and values, and the mask's columns, reordered so that the keys the last query may not see come last,
-    the others in their order: a left-padded sequence's keys then lie where they lie in the sequence alone, followed
-    by keys whose weights are zero. The product by the values sums its keys in groups of a fixed size (an MMA's K),
-    so a padded sequence's keys shifted by the padding would be grouped, and rounded, otherwise; zeros at the end add
-    nothing. Earlier queries (a causal mask) see a prefix of the same keys, in the same order. Always gathered where
-    a mask is given, without asking the GPU whether any key is masked (a host read a layer). A key counts as masked
-    where a boolean mask is False or an additive one is at most MASKED_AT: moving any key keeps the result's value
-    (the values move with it), only its rounding."""
-    attn_mask = attn_mask.reshape(*[1] * (2 - attn_mask.dim()), *attn_mask.shape)  # a mask of keys alone: [1, keys]
-    attn_mask = attn_mask.expand(*attn_mask.shape[:-1], key.shape[-2])  # one broadcast over the keys
-    allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > MASKED_AT
-    keys = key.shape[-2]
-    order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
-    by_key = order[..., 0, :].expand(*key.shape[:-2], keys)[..., None]
-    key, value = (x.gather(-2, by_key.expand(*x.shape)) for x in (key, value))
-    return key, value, attn_mask.gather(-1, order.expand(*attn_mask.shape))
-
-
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-    """scaled_dot_product_attention as its definition, on the mode's kernels: the scores in float32 (`_Scores`),
-    scaled and masked in float32, softmax on the row kernel, rounded to the inputs' dtype, and bmm by the values;
-    its backward pass is autograd's through those ops. Registered above autograd, in place of torch's choice among
-    flash, memory-efficient, cuDNN and math kernels."""
-    if dropout_p:
-        raise NotCovered("batch-invariant mode: scaled_dot_product_attention with dropout is not covered")
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
-        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
-    if is_causal and attn_mask is not None:  # both: the causal mask joins the given one, before keys are moved
-        below = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-        attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
-                     else attn_mask.masked_fill(~below, float("-inf")))
-        is_causal = False
-    if attn_mask is not None:
-        key, value, attn_mask = _masked_keys_last(key, value, attn_mask)
-    scores = _Scores.apply(query, key) * (query.shape[-1] ** -0.5 if scale is None else scale)
-    if is_causal:
-        above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
-        scores = scores.masked_fill(above, float("-inf"))
-    if attn_mask is not None:
-        scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
-                  else scores + attn_mask.float())
-    # a row whose mask allows no key gives zeros, as torch's kernels do (the definition's 0/0 would be NaN, which a
-    # padded query's row would carry into every key and value of the next layer), its gradient too: its scores are
-    # zeroed before softmax (a row of NaN is not such a row, and stays NaN)
-    empty = (scores == float("-inf")).all(-1, keepdim=True)
-    probabilities = torch.softmax(scores.masked_fill(empty, 0), -1).masked_fill(empty, 0)
-    return probabilities.to(query.dtype) @ value
-
-
 KERNELS = {  # op -> the mode's kernel, on the CPU and CUDA dispatch keys
     "aten::mm": _mm, "aten::addmm": _addmm, "aten::bmm": _bmm, "aten::baddbmm": _baddbmm,
     "aten::_softmax": _softmax, "aten::_log_softmax": functools.partial(_softmax, log=True),
@@ -575,7 +416,7 @@ def enable() -> None:
             for op in (*REFUSED, *ordered()):
                 library.impl(op, _refused(op), key)
         for key in ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA"):  # above autograd: its backward is autograd's
-            library.impl("aten::scaled_dot_product_attention", _attention, key)
+            library.impl("aten::scaled_dot_product_attention", attention, key)
     _library = library
 
 

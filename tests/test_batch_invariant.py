@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import ports.batch_invariant as bi
+import ports.batch_invariant_kernels as bik
 from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -146,7 +147,7 @@ def test_a_batch_variant_port_fails_the_projects_invariance_check(mode, monkeypa
     # each half rounded to 16 bits, fails the matmul workload's batch-invariance property (the driver's check)
     from ports import matmul as matmul_spec
 
-    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
+    monkeypatch.setitem(bik._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     sizes = dict(matmul_spec.PROPERTY_SIZES["cpu"], k=48, n=40, dtype="float16", every_m=12, sampled_m=(),
                  batch_sizes=(1, 3), repeats=2, repeat_m=4)
     verdicts = {entry["property"].split(":")[0]: entry for entry in matmul_spec.properties(
@@ -554,7 +555,7 @@ def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     # (M = 8) sum in different orders, and the proof fails
     from compare.invariance import Decoder, run
 
-    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
+    monkeypatch.setitem(bik._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
     assert not record["passed"] and not record["frameworks"]["torch"]["on"][2]["logits"]
     assert record["frameworks"]["torch"]["on"][2]["first_differing_op"] == "qkv.0"  # the first product names it
@@ -566,7 +567,7 @@ def test_the_op_probe_names_a_batch_variant_kernel(monkeypatch):
     pytest.importorskip("jax")
     from compare.invariance_ops import CPU_SIZES, probe, table
 
-    monkeypatch.setitem(bi._ports, torch.device(DEVICE).type, ("planted", split_k_below(16)))
+    monkeypatch.setitem(bik._ports, torch.device(DEVICE).type, ("planted", split_k_below(16)))
     ops = probe(["torch"], DEVICE == "cuda", [1, 2], progress=lambda _: None, sizes=CPU_SIZES)
     verdicts = ops["verdicts"]["torch"]
     assert verdicts["matmul"]["on"] == "variant at B=2" and verdicts["softmax"]["on"] == "invariant"

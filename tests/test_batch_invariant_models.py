@@ -1,7 +1,7 @@
 """The torch mode under the models people run: left padding, a KV cache, Hugging Face's Llama with greedy
 `generate()`. On a CPU the products of attention run on a planted port that rounds its running sum every few keys,
 as a GPU's MMA groups K (on a GPU the mode's own port runs them, but in the first test): a left-padded sequence's
-keys then give its bits alone only where they sit where they sit alone (`ports.batch_invariant._masked_keys_last`);
+keys then give its bits alone only where they sit where they sit alone (`ports.batch_invariant_attention._masked_keys_last`);
 the other products run on the Triton port through its interpreter, in float16."""
 import numpy as np
 import pytest
@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import ports.batch_invariant as bi
+import ports.batch_invariant_attention as bia
+import ports.batch_invariant_kernels as bik
 from compare.invariance_model import generate, left_padded
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -28,7 +30,7 @@ def grouped_port(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("masked", [None, "lowest", -1e4])  # a boolean mask; additive: the dtype's lowest, -1e4
 def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatch):
-    monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
+    monkeypatch.setattr(bik, "_batched_port", lambda: grouped_port)
     gen = torch.Generator().manual_seed(7)
     alone, padding, heads, depth = 13, 5, 2, 8
     q, k, v = (torch.randn(2, heads, alone + padding, depth, generator=gen).to(DEVICE, DTYPE) for _ in range(3))
@@ -44,7 +46,7 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatc
 
     def first_sequence(reorder: bool):
         if not reorder:
-            monkeypatch.setattr(bi, "_masked_keys_last", lambda key, value, attn_mask: (key, value, attn_mask))
+            monkeypatch.setattr(bia, "_masked_keys_last", lambda key, value, attn_mask: (key, value, attn_mask))
         with bi.batch_invariant():
             batch = F.scaled_dot_product_attention(q, k, v, attn_mask=given(mask))
             single = F.scaled_dot_product_attention(*(x[:1, :, padding:] for x in (q, k, v)),
@@ -71,7 +73,7 @@ def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_b
     # greedy decoding with a KV cache, prompts of three lengths left-padded to the longest
     model = tiny_model(family)
     if DEVICE == "cpu":  # a GPU runs the mode's own port
-        monkeypatch.setattr(bi, "_batched_port", lambda: grouped_port)
+        monkeypatch.setattr(bik, "_batched_port", lambda: grouped_port)
     prompts = [list(range(3, 12)), list(range(20, 25)), list(range(40, 54))]
     with bi.batch_invariant():
         tokens, logits = generate(model, prompts, 3)
