@@ -5,13 +5,13 @@ model's structure (RoPE, grouped-query attention, SwiGLU, RMSNorm, the projectio
     weights = weights_of(hf_model)                  # the HF model's weights, in its dtype
     logits = logits_function(hf_model.config)(weights, tokens, attention_mask, position_ids)
 
-Each op follows transformers' torch code, in its dtype and its order of roundings: RMSNorm in float32 rounded to
-the model's dtype before its weight; the rotary embedding's angles in float32 (the frequencies times the positions:
-the torch mode's one-term product), cos and sin rounded to the model's dtype, q cos + rotate_half(q) sin in it;
-attention as the torch mode runs `scaled_dot_product_attention` (`ports.batch_invariant_attention.attention`): the scores in
+Each op follows transformers' torch code, in its dtype and its order of roundings: RMSNorm in float32 rounded to the
+model's dtype before its weight; the rotary embedding's angles in float32 (the frequencies times the positions: the
+torch mode's one-term product), cos and sin rounded to the model's dtype, q cos + rotate_half(q) sin in it; attention
+as the torch mode runs `scaled_dot_product_attention` (`ports.batch_invariant_attention.attention`): the scores in
 float32, the keys the last query may not see moved last, softmax in float32, masked rows zero, rounded, then the
-product by the values; a projection with a bias rounded once, as addmm; SiLU as torch's kernel computes it, x /
-(1 + exp(-x)) in float32. The function is jitted with XLA's excess precision off, so that a 16-bit value is rounded
+product by the values; a projection with a bias rounded once, as addmm; SiLU as torch's kernel computes it, x / (1 +
+exp(-x)) in float32. The function is jitted with XLA's excess precision off, so that a 16-bit value is rounded
 wherever torch's eager ops round it.
 """
 from __future__ import annotations

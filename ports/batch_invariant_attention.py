@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ports.batch_invariant_kernels import NotCovered, _batched_product, _check
+from ports.batch_invariant_kernels import NotCovered, _batched_product, _check, _row_reductions
+
 
 class _Scores(torch.autograd.Function):
     """query @ key^T in float32 on the batched product, as flash attention keeps its scores. The backward pass rounds
@@ -53,9 +54,16 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """scaled_dot_product_attention as its definition, on the mode's kernels: the scores in float32 (`_Scores`),
     scaled and masked in float32, softmax on the row kernel, rounded to the inputs' dtype, and bmm by the values;
     its backward pass is autograd's through those ops. Registered above autograd, in place of torch's choice among
-    flash, memory-efficient, cuDNN and math kernels."""
+    flash, memory-efficient, cuDNN and math kernels. Where no gradient is asked for, 4-D inputs and a mask the same
+    for every head (a model's inference) take `_inference`: the same bits with less memory traffic."""
     if dropout_p:
         raise NotCovered("batch-invariant mode: scaled_dot_product_attention with dropout is not covered")
+    gradient = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
+    shapes = (query.dim() == key.dim() == value.dim() == 4 and query.shape[0] == key.shape[0]
+              and value.shape[:3] == key.shape[:3]
+              and (key.shape[1] == query.shape[1] or enable_gqa and query.shape[1] % key.shape[1] == 0))
+    if not gradient and shapes and (attn_mask is None or attn_mask.dim() < 3 or attn_mask.shape[-3] == 1):
+        return _inference(query, key, value, attn_mask, is_causal, scale)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
@@ -79,3 +87,36 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     empty = (scores == float("-inf")).all(-1, keepdim=True)
     probabilities = torch.softmax(scores.masked_fill(empty, 0), -1).masked_fill(empty, 0)
     return probabilities.to(query.dtype) @ value
+
+
+def _inference(query, key, value, attn_mask, is_causal: bool, scale):
+    """`attention`'s forward pass with its bits, in fewer passes over memory: a group of query heads that share a key
+    and value head (grouped-query attention) is one product's rows, so keys and values are never repeated; the
+    scores stay where the product puts them and the probabilities' kernel (`attention_probabilities`) reads them
+    scaled, masked and in the moved keys' order, so that only the values are gathered. A score's bits do not depend
+    on its column, nor a product's row on the rows beside it (the port sums over K alike whatever M is), so every
+    value is the definition's."""
+    _check("scaled_dot_product_attention", query, key, value)
+    batch, heads, queries, depth = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    order = mask = None
+    if attn_mask is not None:
+        if is_causal:  # both: the causal mask joins the given one, before keys are moved
+            below = torch.ones(queries, keys, dtype=torch.bool, device=query.device).tril()
+            attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
+                         else attn_mask.masked_fill(~below, float("-inf")))
+            is_causal = False
+        mask = attn_mask.reshape(*[1] * (4 - attn_mask.dim()), *attn_mask.shape)
+        mask = mask.expand(mask.shape[0], 1, mask.shape[2], keys)[:, 0]  # [batch or 1, queries or 1, keys]
+        allowed = mask[:, -1] if mask.dtype == torch.bool else mask[:, -1] > MASKED_AT
+        order = torch.argsort((~allowed).to(torch.int8), dim=-1, stable=True)  # [batch or 1, keys]
+        value = value.gather(2, order[:, None, :, None].expand(batch, kv_heads, keys, value.shape[-1]))
+    group = heads // kv_heads
+    scores = _batched_product(query.reshape(batch * kv_heads, group * queries, depth),
+                              key.reshape(batch * kv_heads, keys, depth).transpose(1, 2), "float32")
+    probabilities = _row_reductions(query.device).attention_probabilities(
+        scores.reshape(-1, keys), depth ** -0.5 if scale is None else scale, order, mask, is_causal, heads, queries,
+        query.dtype)
+    return _batched_product(probabilities.reshape(batch * kv_heads, group * queries, keys),
+                            value.reshape(batch * kv_heads, keys, value.shape[-1]), "same").reshape(
+        batch, heads, queries, value.shape[-1])

@@ -1,8 +1,8 @@
-"""The torch mode under the models people run: left padding, a KV cache, Hugging Face's Llama with greedy
-`generate()`. On a CPU the products of attention run on a planted port that rounds its running sum every few keys,
-as a GPU's MMA groups K (on a GPU the mode's own port runs them, but in the first test): a left-padded sequence's
-keys then give its bits alone only where they sit where they sit alone (`ports.batch_invariant_attention._masked_keys_last`);
-the other products run on the Triton port through its interpreter, in float16."""
+"""The torch mode under the models people run: left padding, a KV cache, Hugging Face's Llama with greedy `generate()`.
+On a CPU the products of attention run on a planted port that rounds its running sum every few keys, as a GPU's MMA
+groups K (on a GPU the mode's own port runs them, but in the first test): a left-padded sequence's keys then give its
+bits alone only where they sit where they sit alone (`ports.batch_invariant_attention._masked_keys_last`); the other
+products run on the Triton port through its interpreter, in float16."""
 import numpy as np
 import pytest
 import torch
@@ -57,6 +57,37 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatc
 
     assert torch.equal(*first_sequence(reorder=True))
     assert not torch.equal(*first_sequence(reorder=False))  # the planted port catches keys shifted by the padding
+
+
+@pytest.mark.parametrize("masked", [None, "lowest", -1e4])
+def test_attention_without_a_gradient_has_the_definitions_bits(masked):
+    # the inference path (grouped heads as one product's rows, the probabilities' kernel reading the scores scaled,
+    # masked and in the moved keys' order) against the definition's ops, which a gradient takes: the same bits,
+    # left-padded, grouped-query, causal with and without a mask, and a decode step's one query
+    gen = torch.Generator().manual_seed(3)
+    batch, heads, kv_heads, length, depth = 3, 4, 2, 11, 8
+    q = torch.randn(batch, heads, length, depth, generator=gen).to(DEVICE, DTYPE)
+    k, v = (torch.randn(batch, kv_heads, length, depth, generator=gen).to(DEVICE, DTYPE) for _ in range(2))
+    keys = torch.arange(length, device=DEVICE)
+    padded = (keys >= torch.tensor([3, 0, 6], device=DEVICE)[:, None])[:, None, None, :]  # [batch, 1, 1, keys]
+    causal = torch.ones(length, length, dtype=torch.bool, device=DEVICE).tril()
+
+    def given(allowed):
+        if masked is None:
+            return allowed
+        lowest = torch.finfo(DTYPE).min if masked == "lowest" else masked
+        return torch.zeros(allowed.shape, dtype=DTYPE, device=DEVICE).masked_fill(~allowed, lowest)
+
+    cases = {"padded, causal": (q, given(padded & causal), False), "padded, is_causal": (q, given(padded), True),
+             "is_causal": (q, None, True), "a decode step": (q[:, :, -1:], given(padded), False),
+             "one mask for all": (q, given(causal), False)}
+    with bi.batch_invariant():
+        for name, (queries, mask, is_causal) in cases.items():
+            fast = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True)
+            definition = F.scaled_dot_product_attention(queries.requires_grad_(), k, v, attn_mask=mask,
+                                                        is_causal=is_causal, enable_gqa=True).detach()
+            queries.requires_grad_(False)
+            assert torch.equal(fast, definition), name
 
 
 def tiny_model(family: str):

@@ -8,7 +8,8 @@ follows that layout, which follows what the compiler can prove of the row's alig
 (pallas_kernels/row_reductions.py), the interpreters and these kernels give a row's sum the same bits. The rows are the
 input's last dimension; the arithmetic is float32 whatever the input's type, and the result is rounded once.
 
-- softmax and log_softmax over the last dimension, and their backward passes;
+- softmax and log_softmax over the last dimension, and their backward passes; attention's probabilities from its
+  scores, scaled and masked in the same pass;
 - the sum and the mean over the last dimension; the running sum of integers;
 - LayerNorm and RMSNorm over the last dimensions, and the gradient of their input.
 """
@@ -79,6 +80,60 @@ def _softmax_kernel(x_ptr, y_ptr, cols, LOG: tl.constexpr, CHUNK: tl.constexpr, 
         else:
             value = _exp(chunk - largest, LIBDEVICE) / total_sum
         tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER: tl.constexpr,
+                      MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    """A chunk of one query's scores in float32, in the keys' order: read through `order` (original columns),
+    scaled, then -inf where a boolean mask is False (MASK 1) or the key is after the query (CAUSAL), or an additive
+    mask added (MASK 2), as the definition's separate ops give them; -inf past the last key."""
+    inside = start + offsets < keys
+    column = tl.load(order_ptr + start + offsets, mask=inside, other=0) if ORDER else start + offsets
+    x = tl.load(s_ptr + column, mask=inside, other=float("-inf")) * scale
+    if MASK == 1:
+        x = tl.where(tl.load(mask_ptr + column * mask_keys, mask=inside, other=0) != 0, x, float("-inf"))
+    if MASK == 2:
+        x = x + tl.load(mask_ptr + column * mask_keys, mask=inside, other=0.0).to(tl.float32)
+    if CAUSAL:
+        x = tl.where(column <= query, x, float("-inf"))
+    return tl.where(inside, x, float("-inf"))
+
+
+@triton.jit
+def _attention_softmax_kernel(s_ptr, order_ptr, mask_ptr, y_ptr, keys, queries, heads, scale, order_batch,
+                              mask_batch, mask_query, mask_keys, ORDER: tl.constexpr, MASK: tl.constexpr,
+                              CAUSAL: tl.constexpr, CHUNK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    """Row r (batch, head, query) of attention's probabilities: `_softmax_kernel`'s passes over `_attention_scores`,
+    zeros for a row that sees no key."""
+    row = tl.program_id(0).to(tl.int64)
+    query = row % queries
+    batch = row // (queries * heads)
+    s_ptr += row * keys
+    y_ptr += row * keys
+    order_ptr += batch * order_batch
+    mask_ptr += batch * mask_batch + query * mask_query
+    offsets = tl.arange(0, CHUNK)
+    largest = tl.full([CHUNK], float("-inf"), tl.float32)
+    seen = tl.zeros([CHUNK], tl.int32)
+    for start in range(0, keys, CHUNK):
+        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
+                              CAUSAL)
+        largest = tl.maximum(largest, x)
+        seen += (x != float("-inf")).to(tl.int32)
+    largest_value = tl.max(largest, axis=0)
+    total = tl.zeros([CHUNK], tl.float32)
+    for start in range(0, keys, CHUNK):
+        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
+                              CAUSAL)
+        total += _exp(x - largest_value, LIBDEVICE)
+    total_sum = _tree_sum(total)
+    empty = tl.sum(seen, axis=0) == 0
+    for start in range(0, keys, CHUNK):
+        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
+                              CAUSAL)
+        value = tl.where(empty, 0.0, _exp(x - largest_value, LIBDEVICE) / total_sum)
+        tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=start + offsets < keys)
 
 
 @triton.jit
@@ -219,6 +274,26 @@ def softmax(x: torch.Tensor, log: bool, dtype: torch.dtype) -> torch.Tensor:
     y = torch.empty(x.shape, device=x.device, dtype=dtype)
     if rows and cols:
         _softmax_kernel[(rows,)](x, y, cols, LOG=log, CHUNK=_chunk(cols), LIBDEVICE=x.is_cuda)
+    return y
+
+
+def attention_probabilities(scores: torch.Tensor, scale: float, order, mask, causal: bool, heads: int, queries: int,
+                            dtype: torch.dtype) -> torch.Tensor:
+    """Attention's probabilities [rows, keys] in `dtype` from its float32 scores [rows, keys], rows (batch, head,
+    query) in that order: each row's scores read in `order` ([batch or 1, keys] original columns, or None), scaled,
+    masked by `mask` ([batch or 1, queries or 1, keys] boolean or additive, any strides, or None) or `causal`
+    (a key after its query, upper-left aligned), softmax, rounded once; a row that sees no key gives zeros. The bits
+    of the definition's separate ops (scale, mask, softmax on the row kernel, zeros, rounding) in one pass."""
+    rows, keys = scores.shape
+    y = torch.empty((rows, keys), device=scores.device, dtype=dtype)
+    if rows and keys:
+        kind = 0 if mask is None else 1 if mask.dtype == torch.bool else 2
+        mask = scores if mask is None else mask.view(torch.uint8) if kind == 1 else mask
+        strides = (0, 0, 0) if kind == 0 else tuple(mask.stride(i) if mask.shape[i] > 1 else 0 for i in range(3))
+        _attention_softmax_kernel[(rows,)](
+            scores.contiguous(), scores if order is None else order, mask, y, keys, queries, heads, scale,
+            0 if order is None or order.shape[0] == 1 else order.stride(0), *strides, ORDER=order is not None,
+            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), LIBDEVICE=scores.is_cuda)
     return y
 
 
