@@ -3,6 +3,11 @@ On a CPU the products of attention run on a planted port that rounds its running
 groups K (on a GPU the mode's own port runs them, but in the first test): a left-padded sequence's keys then give its
 bits alone only where they sit where they sit alone (`ports.batch_invariant_attention._masked_keys_last`); the other
 products run on the Triton port through its interpreter, in float16."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -170,3 +175,24 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
             assert torch.equal(output, eager) and torch.equal(step(), eager), name  # a call gives the same step again
             total, longest = kernel_times(step)
             assert total + 1e-3 >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
+
+
+def test_the_attention_probabilities_kernel_compiles_for_hopper_without_spills():
+    script = """
+import torch
+from compare.hopper_compile import compile_launches
+from triton_kernels import row_reductions
+
+def launches(_):
+    scores = torch.zeros(3 * 4 * 5, 4097)
+    row_reductions.attention_probabilities(scores, 0.125, torch.zeros(3, 4097, dtype=torch.int64),
+                                           torch.ones(3, 1, 4097, dtype=torch.bool), False, 4, 5, torch.bfloat16)
+    row_reductions.attention_probabilities(scores, 0.125, None, None, True, 4, 5, torch.bfloat16)
+
+kernels = compile_launches(launches, None, specialise=True)
+assert len(kernels) == 2 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
+"""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
