@@ -3,7 +3,7 @@
     python -m compare invariance [--batches 1,2,4,8] [--layers 2] [--dim 32] [--cost 1,8,64,256]
                                  [--ops] [--json FILE]
     python -m compare invariance --sweep [--lengths 4097,50257] [--dtypes float32] [--json FILE]
-    python -m compare invariance --model llama [--size full] [--new-tokens 8] [--cost 1,8,64] [--json FILE]
+    python -m compare invariance --model llama [--size full] [--cost 1,8,64] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
@@ -481,7 +481,8 @@ def main(argv=None) -> int:
                              "(e.g. 1,8,64,256; default: none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls a figure is the median of (default 5)")
     parser.add_argument("--model", choices=sorted(FAMILIES),
-                        help="instead of the decoder, Hugging Face's model of this family (needs transformers)")
+                        help="instead of the decoder, Hugging Face's model of this family (needs transformers; "
+                             "default: none)")
     parser.add_argument("--size", choices=("full", "tiny"),
                         help="--model's config: the published one, or a tiny one (default: full on a GPU, tiny on a "
                              "CPU)")
