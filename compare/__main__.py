@@ -120,7 +120,7 @@ REPORT_HELP = """usage: python -m compare report
 
 Writes results/h200/REPORT.md (with its charts) and README.md's generated tables from the runs of
 record (compare.report.RUNS_OF_RECORD) and the last GPU run of the test suite
-(results/h200/tests.json)."""
+(the newest results/<card>/tests.json)."""
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,13 @@ def device_info():
         name = torch.cuda.get_device_name()
         return {"device": name, "mode": "gpu", "ceilings": datasheet_peaks(name)}
     return {"device": platform.processor() or platform.machine(), "mode": "interpreter", "ceilings": None}
+
+
+def card(device: str) -> str:
+    """The folder under results/ for a device's records: an NVIDIA card's model (h100, h200) or, failing one, its
+    name made a path (a CPU's processor too)."""
+    found = re.search(r"\b([A-Z]\d{3})\b", device) if device.startswith("NVIDIA") else None
+    return found.group(1).lower() if found else re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "cpu"
 
 
 def versions():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -386,19 +387,26 @@ def headline(workload: str, root: Path) -> str:
                       + "\n\n" + floor_note(record))
 
 
-TESTS_RECORD = "results/h200/tests.json"  # the last run of the whole suite on the GPU (`python -m compare.suite`)
+TESTS_RECORDS = "results/*/tests.json"  # the whole suite's GPU runs, one a card (`python -m compare.suite`)
+
+
+def tests_record(root: Path) -> str | None:
+    """The newest of the cards' records of the whole suite (relative to root), or None."""
+    found = sorted(root.glob(TESTS_RECORDS), key=lambda path: json.loads(path.read_text()).get("started", ""))
+    return str(found[-1].relative_to(root)) if found else None
 
 
 def tests_line(root: Path) -> str:
-    """README.md's line on the last green GPU run of the whole test suite (or that none is recorded)."""
-    if not (root / TESTS_RECORD).exists():
-        return _generated(TESTS_RECORD, "No GPU run of the whole test suite is recorded yet: `python -m compare.suite` "
-                          f"on a GPU records one in `{TESTS_RECORD}`.")
-    record = json.loads((root / TESTS_RECORD).read_text())
-    return _generated(TESTS_RECORD, f"The whole test suite last passed on an {record['device']} on "
+    """README.md's line on the last GPU run of the whole test suite (or that none is recorded)."""
+    path = tests_record(root)
+    if path is None:
+        return _generated(TESTS_RECORDS, "No GPU run of the whole test suite is recorded yet: `python -m "
+                          "compare.suite` on a GPU records one in `results/<card>/tests.json`.")
+    record = json.loads((root / path).read_text())
+    return _generated(path, f"The whole test suite last passed on an {record['device']} on "
                       f"{record['started'][:10]} at commit {_commit(record)}: {record['passed']} passed, "
                       f"{record['failed'] + record['errors']} failed, {record['skipped']} skipped "
-                      f"(`python -m compare.suite`, recorded in `{TESTS_RECORD}`).")
+                      f"(`python -m compare.suite`, recorded in `{path}`).")
 
 
 INVARIANCE_RECORD = "results/h200/invariance.json"  # `python -m compare invariance`'s run of record
@@ -445,7 +453,10 @@ def invariance_lines(record: dict) -> str:
 def readme_with_tables(text: str, root: Path) -> str:
     """README.md's text with every generated block replaced by the table (or line) its JSON gives now."""
     blocks = {path: lambda workload=workload: headline(workload, root) for workload, path in RUNS_OF_RECORD.items()}
-    blocks[TESTS_RECORD] = lambda: tests_line(root)
+    tests = tests_record(root) or TESTS_RECORDS  # the block names the record it came from: the newest card's
+    text = re.sub(re.escape(README_BLOCK.format(path="@")).replace("@", r"results/(\*|[\w-]+)/tests\.json"),
+                  README_BLOCK.format(path=tests).replace("\\", "\\\\"), text)
+    blocks[tests] = lambda: tests_line(root)
     blocks[INVARIANCE_RECORD] = lambda: _generated(
         INVARIANCE_RECORD, invariance_lines(json.loads((root / INVARIANCE_RECORD).read_text())))
     for path, generate in blocks.items():

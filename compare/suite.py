@@ -1,4 +1,4 @@
-"""python -m compare.suite: the whole test suite run, and recorded (results/h200/tests.json by default).
+"""python -m compare.suite: the whole test suite run, and recorded (results/<card>/tests.json by default).
 
 CI runs the suite on a CPU; this runs it where the kernels are compiled (a GPU), and keeps what the run was:
 the commit and whether the tree differed from it, the versions and the device, the counts of passed, failed and
@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from compare import help_text
-from compare.records import PROJECT_ROOT, Recorder, device_info, provenance, versions
+from compare.records import PROJECT_ROOT, Recorder, card, device_info, provenance, versions
 
 SLOWEST = 20
 FAILURE_LINES = 6
@@ -53,8 +53,9 @@ def summarise_junit(path: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare.suite", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", type=Path, default=Path("results/h200/tests.json"),
-                        help="where the record goes (default results/h200/tests.json)")
+    parser.add_argument("--json", type=Path,
+                        help="where the record goes (default results/<card>/tests.json, the card it runs on: h100, "
+                             "h200)")
     parser.add_argument("--workers", default=None,
                         help="pytest-xdist workers (default: the project's, one a core on a CPU, four on a GPU)")
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest (default: the whole suite)")
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     made.pop("sources")
     shown = ["python -m pytest", *(("-n", args.workers) if args.workers else ()), *args.pytest_args]
     device = device_info()
+    args.json = args.json or Path("results") / card(device["device"]) / "tests.json"
     record = {"command": " ".join(shown), "whole_suite": not args.pytest_args, **made, "device": device["device"],
               "mode": device["mode"],
               "versions": versions(), "started": started, "seconds": round(seconds, 1), "exit_status": status,
