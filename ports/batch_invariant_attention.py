@@ -31,6 +31,13 @@ class _Scores(torch.autograd.Function):
 MASKED_AT = -1e4  # an additive mask's value at or below which a key is ordered as masked (older models' padding)
 
 
+def _key_order(mask: torch.Tensor) -> torch.Tensor:
+    """The keys' order for a mask's rows [..., keys]: the keys the row may see in their order, then the others (False
+    in a boolean mask, at most MASKED_AT in an additive one) in theirs."""
+    allowed = mask if mask.dtype == torch.bool else mask > MASKED_AT
+    return torch.argsort((~allowed).to(torch.int8), dim=-1, stable=True)
+
+
 def _masked_keys_last(key, value, attn_mask):
     """The keys and values, and the mask's columns, reordered so that the keys the last query may not see come last,
     the others in their order: a left-padded sequence's keys then lie where they lie in the sequence alone, followed
@@ -42,9 +49,8 @@ def _masked_keys_last(key, value, attn_mask):
     (the values move with it), only its rounding."""
     attn_mask = attn_mask.reshape(*[1] * (2 - attn_mask.dim()), *attn_mask.shape)  # a mask of keys alone: [1, keys]
     attn_mask = attn_mask.expand(*attn_mask.shape[:-1], key.shape[-2])  # one broadcast over the keys
-    allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > MASKED_AT
     keys = key.shape[-2]
-    order = torch.argsort((~allowed[..., -1:, :]).to(torch.int8), dim=-1, stable=True)  # [..., 1, keys]
+    order = _key_order(attn_mask[..., -1:, :])  # [..., 1, keys]
     by_key = order[..., 0, :].expand(*key.shape[:-2], keys)[..., None]
     key, value = (x.gather(-2, by_key.expand(*x.shape)) for x in (key, value))
     return key, value, attn_mask.gather(-1, order.expand(*attn_mask.shape))
@@ -108,8 +114,7 @@ def _inference(query, key, value, attn_mask, is_causal: bool, scale):
             is_causal = False
         mask = attn_mask.reshape(*[1] * (4 - attn_mask.dim()), *attn_mask.shape)
         mask = mask.expand(mask.shape[0], 1, mask.shape[2], keys)[:, 0]  # [batch or 1, queries or 1, keys]
-        allowed = mask[:, -1] if mask.dtype == torch.bool else mask[:, -1] > MASKED_AT
-        order = torch.argsort((~allowed).to(torch.int8), dim=-1, stable=True)  # [batch or 1, keys]
+        order = _key_order(mask[:, -1])  # [batch or 1, keys]
         value = value.gather(2, order[:, None, :, None].expand(batch, kv_heads, keys, value.shape[-1]))
     group = heads // kv_heads
     scores = _batched_product(query.reshape(batch * kv_heads, group * queries, depth),

@@ -33,8 +33,9 @@ def grouped_port(a: torch.Tensor, b: torch.Tensor, out: str) -> torch.Tensor:
     return torch.from_numpy(total.astype(np.float32)).to(a.device, a.dtype if out == "same" else torch.float32)
 
 
+@pytest.mark.parametrize("gradient", [False, True])  # the inference path, and the definition's
 @pytest.mark.parametrize("masked", [None, "lowest", -1e4])  # a boolean mask; additive: the dtype's lowest, -1e4
-def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatch):
+def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, gradient, monkeypatch):
     monkeypatch.setattr(bik, "_batched_port", lambda: grouped_port)
     gen = torch.Generator().manual_seed(7)
     alone, padding, heads, depth = 13, 5, 2, 8
@@ -51,11 +52,13 @@ def test_a_left_padded_sequences_attention_has_its_bits_alone(masked, monkeypatc
 
     def first_sequence(reorder: bool):
         if not reorder:
-            monkeypatch.setattr(bia, "_masked_keys_last", lambda key, value, attn_mask: (key, value, attn_mask))
-        with bi.batch_invariant():
-            batch = F.scaled_dot_product_attention(q, k, v, attn_mask=given(mask))
-            single = F.scaled_dot_product_attention(*(x[:1, :, padding:] for x in (q, k, v)),
-                                                    attn_mask=given(causal[:alone, :alone]))
+            monkeypatch.setattr(bia, "_key_order",
+                                lambda rows: torch.arange(rows.shape[-1], device=rows.device).expand(rows.shape))
+        with bi.batch_invariant(), torch.set_grad_enabled(gradient):
+            query = q.clone().requires_grad_(gradient)
+            batch = F.scaled_dot_product_attention(query, k, v, attn_mask=given(mask)).detach()
+            single = F.scaled_dot_product_attention(*(x[:1, :, padding:] for x in (query, k, v)),
+                                                    attn_mask=given(causal[:alone, :alone])).detach()
         if masked is None:
             assert bool((batch[0, :, :padding] == 0).all())  # padded queries see no key: zeros, as torch gives
         return batch[0, :, padding:], single[0]
