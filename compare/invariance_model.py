@@ -133,36 +133,12 @@ def twin_comparison(model, batch: list[list[int]]) -> dict:
             "largest_logit": float(np.abs(expected[real]).max())}
 
 
-def captured(step):
-    """(a CUDA graph of `step`, the tensor its replays write), after two warm-up calls on a side stream."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        output = step()
-    return graph, output
-
-
 def graph_replay_ms(step, repeats: int) -> float:
-    """Median milliseconds (CUDA events) of `step` replayed from a CUDA graph (`captured`)."""
-    import torch
+    """Median milliseconds (CUDA events) of `step` replayed from a CUDA graph (`compare.timing.captured`)."""
+    from compare.timing import captured, replay_seconds
 
     graph, _ = captured(step)
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+    return statistics.median(replay_seconds(graph) for _ in range(repeats)) * 1e3
 
 
 def steps(model, batch: int, context: int, seed: int) -> dict:

@@ -101,34 +101,45 @@ class GraphCall:
     captured, and says so. The replay computes from the buffers' values, so every output is checked as any call's."""
 
     def __init__(self, function, buffers):
-        import torch
-
         self.buffers = buffers  # the inputs' structure, tensors of their own (`compare.driver.kept_copy`)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                function(self.buffers)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(self.graph):
-                self.output = function(self.buffers)
+            self.graph, self.output = captured(lambda: function(self.buffers))
         except Exception as error:
             raise RuntimeError(f"the call cannot be captured into a CUDA graph: {type(error).__name__}: {error}") \
                 from error
 
     def __call__(self, data, sync: Synchroniser):
-        import torch
-
         _copy_into(self.buffers, data)
         sync.flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self.graph.replay()
-        end.record()
-        end.synchronize()
-        return self.output, start.elapsed_time(end) / 1e3
+        return self.output, replay_seconds(self.graph)
+
+
+def captured(call):
+    """(a CUDA graph of `call`, the output its replays write), captured after two warm-up calls on a side stream."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = call()
+    return graph, output
+
+
+def replay_seconds(graph) -> float:
+    """Seconds of one replay of a CUDA graph, between two CUDA events."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def _copy_into(buffers, data) -> None:

@@ -64,6 +64,12 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     for every head (a model's inference) take `_inference`: the same bits with less memory traffic."""
     if dropout_p:
         raise NotCovered("batch-invariant mode: scaled_dot_product_attention with dropout is not covered")
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    if is_causal and attn_mask is not None:  # both: the causal mask joins the given one, before keys are moved
+        below = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
+                     else attn_mask.masked_fill(~below, float("-inf")))
+        is_causal = False
     gradient = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
     shapes = (query.dim() == key.dim() == value.dim() == 4 and query.shape[0] == key.shape[0]
               and value.shape[:3] == key.shape[:3]
@@ -73,14 +79,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
-    if is_causal and attn_mask is not None:  # both: the causal mask joins the given one, before keys are moved
-        below = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-        attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
-                     else attn_mask.masked_fill(~below, float("-inf")))
-        is_causal = False
     if attn_mask is not None:
         key, value, attn_mask = _masked_keys_last(key, value, attn_mask)
-    scores = _Scores.apply(query, key) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    scores = _Scores.apply(query, key) * scale
     if is_causal:
         above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
         scores = scores.masked_fill(above, float("-inf"))
@@ -95,7 +96,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     return probabilities.to(query.dtype) @ value
 
 
-def _inference(query, key, value, attn_mask, is_causal: bool, scale):
+def _inference(query, key, value, attn_mask, is_causal: bool, scale: float):
     """`attention`'s forward pass with its bits, in fewer passes over memory: a group of query heads that share a key
     and value head (grouped-query attention) is one product's rows, so keys and values are never repeated; the
     scores stay where the product puts them and the probabilities' kernel (`attention_probabilities`) reads them
@@ -106,12 +107,7 @@ def _inference(query, key, value, attn_mask, is_causal: bool, scale):
     batch, heads, queries, depth = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     order = mask = None
-    if attn_mask is not None:
-        if is_causal:  # both: the causal mask joins the given one, before keys are moved
-            below = torch.ones(queries, keys, dtype=torch.bool, device=query.device).tril()
-            attn_mask = (attn_mask & below if attn_mask.dtype == torch.bool
-                         else attn_mask.masked_fill(~below, float("-inf")))
-            is_causal = False
+    if attn_mask is not None:  # is_causal beside it was joined to it by `attention`
         mask = attn_mask.reshape(*[1] * (4 - attn_mask.dim()), *attn_mask.shape)
         mask = mask.expand(mask.shape[0], 1, mask.shape[2], keys)[:, 0]  # [batch or 1, queries or 1, keys]
         order = _key_order(mask[:, -1])  # [batch or 1, keys]
@@ -120,8 +116,7 @@ def _inference(query, key, value, attn_mask, is_causal: bool, scale):
     scores = _batched_product(query.reshape(batch * kv_heads, group * queries, depth),
                               key.reshape(batch * kv_heads, keys, depth).transpose(1, 2), "float32")
     probabilities = _row_reductions(query.device).attention_probabilities(
-        scores.reshape(-1, keys), depth ** -0.5 if scale is None else scale, order, mask, is_causal, heads, queries,
-        query.dtype)
+        scores.reshape(-1, keys), scale, order, mask, is_causal, heads, queries, query.dtype)
     return _batched_product(probabilities.reshape(batch * kv_heads, group * queries, keys),
                             value.reshape(batch * kv_heads, keys, value.shape[-1]), "same").reshape(
         batch, heads, queries, value.shape[-1])

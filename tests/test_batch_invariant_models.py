@@ -165,7 +165,8 @@ def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="CUDA graphs need a GPU")
 def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
-    from compare.invariance_model import captured, kernel_times, steps
+    from compare.invariance_model import kernel_times, steps
+    from compare.timing import captured
 
     model = tiny_model("llama")
     with bi.batch_invariant(), torch.no_grad():
