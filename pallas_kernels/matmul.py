@@ -104,9 +104,10 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
     """One product or a batch of them (a leading dimension): M padded to a whole tile, the kernel, and the result cut
     back, in one compiled call."""
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
-    tiles = matmul_tiling(m, n)
+    on_gpu = jax.default_backend() == "gpu"  # a batch's programs count there (as in the Triton port), not interpreted
+    tiles = matmul_tiling(m, n, a.shape[0] if a.ndim == 3 and on_gpu else 1)
     padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
-    static = dict(tiles=tiles, out=out, interpret=jax.default_backend() != "gpu", a_transposed=a_transposed,
+    static = dict(tiles=tiles, out=out, interpret=not on_gpu, a_transposed=a_transposed,
                   b_transposed=b_transposed)
     if padded_m == m:
         return _matmul(a, b, **static)

@@ -33,21 +33,27 @@ LARGE_TILES = ((MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3), 1.0),
 
 
 @functools.lru_cache(maxsize=4096)  # a call's share of its host path otherwise
-def matmul_tiling(m: int, n: int) -> MatmulTiling:
-    """Large batches: of 128 x 256 and 128 x 128 tiles, the one whose waves of programs take the least time, a wave's
-    time measured for each (the last wave counts whole: M = 1025 at N = 4096 is 144 tiles of 128 x 256, two waves,
-    against three quicker waves of 128 x 128; M = 513 is 80 tiles, one wave, against two).
-    Small batches, and large ones whose 128 x 128 tiles would fill under half a wave (narrow N): 64-row tiles, with
-    the widest column tile that still gives about a program per SM (without split-K, the programs streaming B are
-    what bounds their latency), or half a wave of them above M = 128."""
-    if m > SMALL_M and -(-m // 128) * -(-n // 128) >= SMS // 2:
+def matmul_tiling(m: int, n: int, batch: int = 1) -> MatmulTiling:
+    """The tiling of `batch` products [m, K] @ [K, n] launched together (each the same tiles as alone, on the grid's
+    second axis), chosen by how many programs they make in all:
+    - Large work: of 128 x 256 and 128 x 128 tiles, the one whose waves of programs take the least time, a wave's
+      time measured for each (the last wave counts whole: M = 1025 at N = 4096 is 144 tiles of 128 x 256, two waves,
+      against three quicker waves of 128 x 128; M = 513 is 80 tiles, one wave, against two).
+    - Small M, N at most 64, and work whose 128 x 128 tiles would fill under half a wave: 64-row tiles, with the
+      widest column tile, up to twice N, that still gives about a program per SM (without split-K, the programs
+      streaming B are what bounds their latency), or half a wave of them above M = 128.
+
+    Attention's products at a batch of 64 sequences (2048 products of 1 or 512 rows by 513 keys, on an H100):
+    counting the batch's programs halves their time against tiles chosen for one product alone
+    (docs/findings.md, "Hugging Face's Llama under the modes")."""
+    if m > SMALL_M and n > 64 and batch * -(-m // 128) * -(-n // 128) >= SMS // 2:
         def waves_time(tiling_and_wave):
             tiles, wave = tiling_and_wave
-            return -(-(-(-m // tiles.tile_m) * -(-n // tiles.tile_n)) // SMS) * wave
+            return -(-(batch * -(-m // tiles.tile_m) * -(-n // tiles.tile_n)) // SMS) * wave
 
         return min(LARGE_TILES, key=waves_time)[0]
-    row_tiles = -(-m // 64)
+    row_tiles = batch * -(-m // 64)
     wanted = PROGRAMS_WANTED if m <= SMALL_M else SMS // 2  # above M = 128, fewer and wider tiles won (M = 129, 160)
-    tile_n = next((width for width in (128, 64) if row_tiles * -(-n // width) >= wanted), 32)
+    tile_n = next((width for width in (128, 64) if width < 2 * n and row_tiles * -(-n // width) >= wanted), 32)
     tile_k, stages = SMALL_TILES[tile_n]
     return MatmulTiling(tile_m=64, tile_n=tile_n, tile_k=tile_k, warps=4, stages=stages)

@@ -86,11 +86,18 @@ def test_attention_without_a_gradient_has_the_definitions_bits(masked):
         lowest = torch.finfo(DTYPE).min if masked == "lowest" else masked
         return torch.zeros(allowed.shape, dtype=DTYPE, device=DEVICE).masked_fill(~allowed, lowest)
 
-    cases = {"padded, causal": (q, given(padded & causal), False), "padded, is_causal": (q, given(padded), True),
-             "is_causal": (q, None, True), "a decode step": (q[:, :, -1:], given(padded), False),
-             "one mask for all": (q, given(causal), False)}
+    # a decode step over more keys than a chunk of the probabilities' kernel, which it reads in passes
+    from triton_kernels.row_reductions import CHUNK
+    long_k, long_v = (torch.randn(batch, kv_heads, CHUNK + 5, depth, generator=gen).to(DEVICE, DTYPE)
+                      for _ in range(2))
+    long_padded = torch.arange(long_k.shape[2], device=DEVICE) >= torch.tensor([3, 0, 600], device=DEVICE)[:, None]
+    cases = {"padded, causal": (q, k, v, given(padded & causal), False),
+             "padded, is_causal": (q, k, v, given(padded), True), "is_causal": (q, k, v, None, True),
+             "a decode step": (q[:, :, -1:], k, v, given(padded), False),
+             "one mask for all": (q, k, v, given(causal), False),
+             "a decode step over many keys": (q[:, :, -1:], long_k, long_v, given(long_padded[:, None, None]), False)}
     with bi.batch_invariant():
-        for name, (queries, mask, is_causal) in cases.items():
+        for name, (queries, k, v, mask, is_causal) in cases.items():
             fast = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True)
             definition = F.scaled_dot_product_attention(queries.requires_grad_(), k, v, attn_mask=mask,
                                                         is_causal=is_causal, enable_gqa=True).detach()
@@ -192,9 +199,10 @@ def launches(_):
     row_reductions.attention_probabilities(scores, 0.125, torch.zeros(3, 4097, dtype=torch.int64),
                                            torch.ones(3, 1, 4097, dtype=torch.bool), False, 4, 5, torch.bfloat16)
     row_reductions.attention_probabilities(scores, 0.125, None, None, True, 4, 5, torch.bfloat16)
+    row_reductions.attention_probabilities(scores[:, :513], 0.125, None, None, True, 4, 5, torch.bfloat16)  # one chunk
 
 kernels = compile_launches(launches, None, specialise=True)
-assert len(kernels) == 2 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
+assert len(kernels) == 3 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
 """
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],

@@ -144,17 +144,20 @@ def test_batched_products_have_the_bits_of_each_product_alone(port):
     alone, batched = impl.load(), impl.load("batched_matmul")
     gen = torch.Generator(device=DEVICE).manual_seed(11)
     dtype = torch.bfloat16 if ON_GPU else torch.float16
-    a = torch.randn((4, 33, 70), device=DEVICE, generator=gen).to(dtype)
-    b_t = torch.randn((4, 45, 70), device=DEVICE, generator=gen).to(dtype)
+    # on a GPU, enough products that their tiling is another than one product's (a batch's programs count there)
+    count, n = (300, 130) if ON_GPU else (4, 45)
+    assert not ON_GPU or matmul_common.matmul_tiling(33, n, count) != matmul_common.matmul_tiling(33, n)
+    a = torch.randn((count, 33, 70), device=DEVICE, generator=gen).to(dtype)
+    b_t = torch.randn((count, n, 70), device=DEVICE, generator=gen).to(dtype)
     b = b_t.transpose(1, 2)  # strided, as attention's keys reach bmm
     for out in ("same", "float32"):
         products = to_torch(batched(*to_framework(impl.framework, (a, b, out))))
-        for i in range(4):
+        for i in sorted({0, 1, count // 2, count - 1}):
             single = to_torch(alone(to_framework(impl.framework, (a[i], b[i].contiguous(), out))))
             assert first_difference(products[i], single) is None, (out, i)
         assert spec.check((a[0], b[0], out), products[0], spec.reference((a[0], b[0], out))).passed
     with pytest.raises(ValueError, match="one B >= 1"):
-        batched(*to_framework(impl.framework, (a, b[:3], "same")))
+        batched(*to_framework(impl.framework, (a, b[:count - 1], "same")))
 
 
 @pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "jax"])
@@ -300,15 +303,18 @@ def test_tiling_tool_takes_a_case_set_and_marks_the_chosen_tiling(capsys):
     assert "no such case set" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("m, n, tiles", [
+@pytest.mark.parametrize("m, n, tiles, batch", [(*case, 1)[:4] for case in [
     (1, 4096, (64, 32, 128)), (64, 4096, (64, 32, 128)), (128, 4096, (64, 64, 64)), (16, 14336, (64, 64, 64)),
     (128, 14336, (64, 128, 64)), (512, 4096, (128, 128, 64)), (1024, 4096, (128, 256, 64)),
     (512, 14336, (128, 256, 64)),
     # one wave of 128 x 256 against two of 128 x 128; two against three quicker ones; 128 x 128 under half a wave
     (513, 4096, (128, 256, 64)), (1025, 4096, (128, 128, 64)), (4096, 32, (64, 32, 128)), (256, 1000, (64, 32, 128)),
-    (129, 3584, (64, 128, 64)), (160, 4096, (64, 128, 64))])
-def test_tiling_takes_the_fewest_waves_or_a_program_per_sm(m, n, tiles):
-    chosen = matmul_common.matmul_tiling(m, n)
+    (129, 3584, (64, 128, 64)), (160, 4096, (64, 128, 64)), (8448, 64, (64, 64, 64)), (512, 513, (64, 64, 64)),
+    # a batch's programs count: attention's products at 64 sequences of 32 heads (a decode step's and a prefill's)
+    (1, 513, (64, 128, 64), 2048), (1, 64, (64, 64, 64), 2048), (512, 513, (128, 256, 64), 2048),
+    (512, 64, (64, 64, 64), 2048)]])
+def test_tiling_takes_the_fewest_waves_or_a_program_per_sm(m, n, tiles, batch):
+    chosen = matmul_common.matmul_tiling(m, n, batch)
     assert (chosen.tile_m, chosen.tile_n, chosen.tile_k) == tiles
 
 

@@ -82,7 +82,9 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     a, b = (x if 1 in (x.stride(-1), x.stride(-2)) or 1 in x.shape[-2:] else x.contiguous() for x in (a, b))
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = a.shape[0] if a.dim() == 3 else 1
-    tiles = tiles or matmul_tiling(m, n)
+    # a batch's programs count on a GPU, where every tiling gives the same bits; the interpreter's dots sum in an
+    # order that depends on the tile's shape, so there the tiling is one product's
+    tiles = tiles or matmul_tiling(m, n, batch if a.is_cuda else 1)
     c = torch.empty((*a.shape[:-2], m, n), device=a.device, dtype=output_dtype((a, b, out)))
     grid = (-(-m // tiles.tile_m) * -(-n // tiles.tile_n), batch)  # not triton.cdiv: slow on the host
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M

@@ -103,9 +103,11 @@ def _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, s
 @triton.jit
 def _attention_softmax_kernel(s_ptr, order_ptr, mask_ptr, y_ptr, keys, queries, heads, scale, order_batch,
                               mask_batch, mask_query, mask_keys, ORDER: tl.constexpr, MASK: tl.constexpr,
-                              CAUSAL: tl.constexpr, CHUNK: tl.constexpr, LIBDEVICE: tl.constexpr):
+                              CAUSAL: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr,
+                              LIBDEVICE: tl.constexpr):
     """Row r (batch, head, query) of attention's probabilities: `_softmax_kernel`'s passes over `_attention_scores`,
-    zeros for a row that sees no key."""
+    zeros for a row that sees no key. A row of one chunk (ONE_CHUNK) is read once and kept in registers: the same
+    operations, in the same order, as the passes make on it."""
     row = tl.program_id(0).to(tl.int64)
     query = row % queries
     batch = row // (queries * heads)
@@ -114,26 +116,36 @@ def _attention_softmax_kernel(s_ptr, order_ptr, mask_ptr, y_ptr, keys, queries, 
     order_ptr += batch * order_batch
     mask_ptr += batch * mask_batch + query * mask_query
     offsets = tl.arange(0, CHUNK)
-    largest = tl.full([CHUNK], float("-inf"), tl.float32)
-    seen = tl.zeros([CHUNK], tl.int32)
-    for start in range(0, keys, CHUNK):
-        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
+    if ONE_CHUNK:
+        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, 0, offsets, query, scale, mask_keys, ORDER, MASK,
                               CAUSAL)
-        largest = tl.maximum(largest, x)
-        seen += (x != float("-inf")).to(tl.int32)
-    largest_value = tl.max(largest, axis=0)
-    total = tl.zeros([CHUNK], tl.float32)
-    for start in range(0, keys, CHUNK):
-        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
-                              CAUSAL)
-        total += _exp(x - largest_value, LIBDEVICE)
-    total_sum = _tree_sum(total)
-    empty = tl.sum(seen, axis=0) == 0
-    for start in range(0, keys, CHUNK):
-        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER, MASK,
-                              CAUSAL)
-        value = tl.where(empty, 0.0, _exp(x - largest_value, LIBDEVICE) / total_sum)
-        tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=start + offsets < keys)
+        largest_value = tl.max(tl.maximum(tl.full([CHUNK], float("-inf"), tl.float32), x), axis=0)  # NaN alike
+        empty = tl.sum((x != float("-inf")).to(tl.int32), axis=0) == 0
+        exps = _exp(x - largest_value, LIBDEVICE)
+        total_sum = _tree_sum(tl.zeros([CHUNK], tl.float32) + exps)
+        value = tl.where(empty, 0.0, exps / total_sum)
+        tl.store(y_ptr + offsets, value.to(y_ptr.dtype.element_ty), mask=offsets < keys)
+    else:
+        largest = tl.full([CHUNK], float("-inf"), tl.float32)
+        seen = tl.zeros([CHUNK], tl.int32)
+        for start in range(0, keys, CHUNK):
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
+                                  MASK, CAUSAL)
+            largest = tl.maximum(largest, x)
+            seen += (x != float("-inf")).to(tl.int32)
+        largest_value = tl.max(largest, axis=0)
+        total = tl.zeros([CHUNK], tl.float32)
+        for start in range(0, keys, CHUNK):
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
+                                  MASK, CAUSAL)
+            total += _exp(x - largest_value, LIBDEVICE)
+        total_sum = _tree_sum(total)
+        empty = tl.sum(seen, axis=0) == 0
+        for start in range(0, keys, CHUNK):
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
+                                  MASK, CAUSAL)
+            value = tl.where(empty, 0.0, _exp(x - largest_value, LIBDEVICE) / total_sum)
+            tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=start + offsets < keys)
 
 
 @triton.jit
@@ -293,7 +305,7 @@ def attention_probabilities(scores: torch.Tensor, scale: float, order, mask, cau
         _attention_softmax_kernel[(rows,)](
             scores.contiguous(), scores if order is None else order, mask, y, keys, queries, heads, scale,
             0 if order is None or order.shape[0] == 1 else order.stride(0), *strides, ORDER=order is not None,
-            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), LIBDEVICE=scores.is_cuda)
+            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), ONE_CHUNK=keys <= CHUNK, LIBDEVICE=scores.is_cuda)
     return y
 
 
