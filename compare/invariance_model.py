@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import traceback
 
 import numpy as np
 
@@ -191,6 +192,7 @@ def _waited(step):
 
 
 KERNELS_KEPT = 12  # a step's kernels recorded, the longest first
+TRACEBACK_KEPT = 6000  # characters of a failed part's traceback recorded, the last
 
 
 def kernel_times(step) -> tuple[float, list]:
@@ -288,7 +290,10 @@ def run(family: str, size: str, batches: list[int], new_tokens: int, twin: int, 
         try:
             place[path[-1]] = part()
         except Exception as error:  # noqa: BLE001 - a part's failure is a finding, recorded with the parts before it
-            place[path[-1]] = {"failed": f"{type(error).__name__}: {error}"}
+            # with the traceback and the errors it was raised during: a failed CUDA-graph capture reports only that
+            # the capture was invalidated, and the error that invalidated it is the one before
+            place[path[-1]] = {"failed": f"{type(error).__name__}: {error}",
+                               "traceback": "".join(traceback.format_exception(error))[-TRACEBACK_KEPT:]}
             progress(f"{' '.join(path)} failed: {type(error).__name__}: {error}")
         keep(record)
     twin_held = "twin" not in record or "failed" not in record["twin"] and (

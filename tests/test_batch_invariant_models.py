@@ -138,6 +138,24 @@ def test_the_model_command_reports_generate_alone_and_in_a_batch(capsys):
     assert main(["--model", "llama", "--new-tokens", "0"]) == 2
 
 
+def test_a_failed_part_is_recorded_with_the_error_it_was_raised_during(monkeypatch):
+    # as a CUDA-graph capture fails: the error raised names only the invalidated capture, the cause is the one before
+    import compare.invariance_model as im
+
+    def fails_during_another(*args):
+        try:
+            raise ValueError("the first error")
+        except ValueError:
+            raise RuntimeError("the capture was invalidated")  # noqa: B904 - chained implicitly, as torch's is
+
+    monkeypatch.setattr(im, "generate_comparisons", fails_during_another)
+    kept = []
+    record = im.run("llama", "tiny", [1], 1, 0, ["torch"], [], 4, 1, keep=kept.append, progress=lambda line: None)
+    failure = record["generate"]
+    assert failure["failed"] == "RuntimeError: the capture was invalidated"
+    assert "ValueError: the first error" in failure["traceback"] and not record["passed"] and kept
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
     # the twin (compare.llama_jax) with the HF model's weights, both modes on, a left-padded batch: on a GPU the same
