@@ -43,9 +43,8 @@ def matmul_tiling(m: int, n: int, batch: int = 1) -> MatmulTiling:
       widest column tile, up to twice N, that still gives about a program per SM (without split-K, the programs
       streaming B are what bounds their latency), or half a wave of them above M = 128.
 
-    Attention's products at a batch of 64 sequences (2048 products of 1 or 512 rows by 513 keys, on an H100):
-    counting the batch's programs halves their time against tiles chosen for one product alone
-    (docs/findings.md, "Hugging Face's Llama under the modes")."""
+    Counting a batch's programs gives attention's products (thousands of small ones: a product a sequence and head)
+    wider tiles than one product alone would take: docs/findings.md, "Hugging Face's Llama under the modes"."""
     if m > SMALL_M and n > 64 and batch * -(-m // 128) * -(-n // 128) >= SMS // 2:
         def waves_time(tiling_and_wave):
             tiles, wave = tiling_and_wave
