@@ -9,6 +9,7 @@ it are in results/h200/NOTES.md, "The eigh ports' tuning constants: what chose t
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 JACOBI_MAX_SWEEPS = 15  # parallel-order Jacobi converges quadratically: well inside this once each round zeroes
 # its pairs
@@ -231,10 +232,22 @@ def merge_levels(n: int) -> list[tuple[int, list[tuple[int, int, int]], list[tup
             for height, group in sorted(merges.items())]
 
 
-def merge_tiling(block: int) -> tuple[int, int, int, int, int, int]:
-    """(other entries a step, warps) of a divide and conquer level's merge-wide kernels (prepare, order), which
-    compare [block, step] tiles: about 4096 entries, and 8 warps from 512 rows; (roots a program, entries a step)
-    of its secular, z and vector kernels; (tile, tile's K) of its product: tiles of at most half the block, so
-    that a merge of two equal halves has no tile across them, and at least 16 (a tensor-core product's least)."""
-    return (max(2, min(SECULAR_CHUNK, 4096 // block)), 4 if block <= 256 else 8, min(SECULAR_ROOTS, block),
-            min(SECULAR_CHUNK, block), max(16, min(MERGE_TILE, block // 2)), max(16, min(MERGE_TILE_K, block)))
+@dataclass(frozen=True)
+class MergeTiling:
+    """A divide and conquer level's tiles, for merges of `block` rows (`merge_tiling`)."""
+
+    ranked: int  # other entries a step of the merge-wide kernels (prepare, order), which compare [block, step] tiles
+    warps: int  # those kernels' warps
+    lanes: int  # roots a program of the secular, z and vector kernels
+    chunk: int  # entries a step of those kernels
+    tile: int  # the product's tile: rows and columns
+    tile_k: int  # the product's tile's K
+
+
+def merge_tiling(block: int) -> MergeTiling:
+    """About 4096 entries a step of the merge-wide kernels, and 8 warps from 512 rows; the product's tiles at most
+    half the block, so that a merge of two equal halves has no tile across them, and at least 16 (a tensor-core
+    product's least)."""
+    return MergeTiling(ranked=max(2, min(SECULAR_CHUNK, 4096 // block)), warps=4 if block <= 256 else 8,
+                       lanes=min(SECULAR_ROOTS, block), chunk=min(SECULAR_CHUNK, block),
+                       tile=max(16, min(MERGE_TILE, block // 2)), tile_k=max(16, min(MERGE_TILE_K, block)))

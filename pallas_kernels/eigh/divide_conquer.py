@@ -341,7 +341,7 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
     """One level of merges (every merge of every matrix in one launch a kernel): (q as read, with the deflation's
     rotations; the next q, written into the buffer q_next as `merge_levels` says; the next eigenvalues)."""
     batch, n = values.shape
-    ranked, warps, lanes, chunk, tile, tile_k = merge_tiling(block)
+    merge = merge_tiling(block)
     merge_table, matrix, vector = _whole((3 * count,)), per_matrix(n, n), per_matrix(n)
     shape = functools.partial(jax.ShapeDtypeStruct, (batch, count, block))
     scalar = functools.partial(jax.ShapeDtypeStruct, (batch, count))
@@ -349,42 +349,42 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
     names = ("perm", "dsort", "zsort", "live", "livepos", "cd", "cz", "cidx", "kind", "by_kind")
     dtypes = (I32, F64, F64, I32, I32, F64, F64, I32, I32, I32)
     q, *prepared, splits, counts, rhos = pl.pallas_call(
-        functools.partial(_prepare_kernel, block=block, chunk=ranked, interpret=interpret),
+        functools.partial(_prepare_kernel, block=block, chunk=merge.ranked, interpret=interpret),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), *(shape(dtype) for dtype in dtypes),
                    jax.ShapeDtypeStruct((batch, count, 2), I32), scalar(I32), scalar(F64)),
         grid=(batch, count), in_specs=[merge_table, vector, vector, matrix],
         out_specs=(matrix, *(one for _ in names), _per_merge(2), two, two), input_output_aliases={3: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=warps), interpret=interpret, name="eigh_dc_prepare",
+        compiler_params=pltriton.CompilerParams(num_warps=merge.warps), interpret=interpret, name="eigh_dc_prepare",
     )(merges, values, e, q)
     prepared = dict(zip(names, prepared))
     cd, cz = prepared["cd"], prepared["cz"]
-    roots = (batch, count, -(-block // lanes))
+    roots = (batch, count, -(-block // merge.lanes))
     params = pltriton.CompilerParams(num_warps=4)
     origin, taus = pl.pallas_call(
-        functools.partial(_secular_kernel, roots=lanes, chunk=chunk, steps=SECULAR_STEPS),
+        functools.partial(_secular_kernel, roots=merge.lanes, chunk=merge.chunk, steps=SECULAR_STEPS),
         out_shape=(shape(I32), shape(F64)), grid=roots, in_specs=[one, one, two, two], out_specs=(one, one),
         compiler_params=params, interpret=interpret, name="eigh_dc_secular",
     )(cd, cz, counts, rhos)
     zhat = pl.pallas_call(
-        functools.partial(_zhat_kernel, roots=lanes, chunk=chunk),
+        functools.partial(_zhat_kernel, roots=merge.lanes, chunk=merge.chunk),
         out_shape=shape(F64), grid=roots, in_specs=[one, one, two, two, one, one], out_specs=one,
         compiler_params=params, interpret=interpret, name="eigh_dc_zhat",
     )(cd, cz, counts, rhos, origin, taus)
     u, lam = pl.pallas_call(
-        functools.partial(_vectors_kernel, roots=lanes, chunk=chunk),
+        functools.partial(_vectors_kernel, roots=merge.lanes, chunk=merge.chunk),
         out_shape=(jax.ShapeDtypeStruct((batch, count, block, block), jnp.float32), shape(F64)), grid=roots,
         in_specs=[one, two, one, one, one], out_specs=(_per_merge(block, block), one),
         compiler_params=params, interpret=interpret, name="eigh_dc_vectors",
     )(cd, counts, origin, taus, zhat)
     q_next, values_next, dest = pl.pallas_call(  # values_next starts as a copy of values
-        functools.partial(_order_kernel, block=block, chunk=ranked, interpret=interpret),
+        functools.partial(_order_kernel, block=block, chunk=merge.ranked, interpret=interpret),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(values.shape, values.dtype),
                    shape(I32)),
         grid=(batch, count), in_specs=[merge_table, matrix, one, one, one, one, matrix, vector],
         out_specs=(matrix, vector, one), input_output_aliases={6: 0, 7: 1},
-        compiler_params=pltriton.CompilerParams(num_warps=warps), interpret=interpret, name="eigh_dc_order",
+        compiler_params=pltriton.CompilerParams(num_warps=merge.warps), interpret=interpret, name="eigh_dc_order",
     )(merges, q, prepared["perm"], prepared["dsort"], prepared["livepos"], lam, q_next, values)
-    tiles = -(-block // tile)
+    tiles = -(-block // merge.tile)
 
     def merge_of(p):
         return p // tiles
@@ -392,7 +392,7 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
     tiled = _per_merge(block, merges_of=merge_of)
     precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM_PRECISION]
     q_next = pl.pallas_call(
-        functools.partial(_product_kernel, tiles=tiles, tile=tile, tile_k=tile_k, precision=precision),
+        functools.partial(_product_kernel, tiles=tiles, tile=merge.tile, tile_k=merge.tile_k, precision=precision),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(batch, count * tiles, tiles),
         in_specs=[merge_table, matrix, tiled, tiled, tiled, _per_merge(2, merges_of=merge_of),
                   _per_merge(merges_of=merge_of), tiled, _per_merge(block, block, merges_of=merge_of), matrix],

@@ -360,19 +360,21 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         dsort, zsort, cd, cz, taus, zhat, lam = (scratch(torch.float64, block) for _ in range(7))
         counts, rhos = scratch(torch.int32), scratch(torch.float64)
         u = scratch(torch.float32, block, block)
-        ranked, warps, lanes, chunk, tile, tile_k = merge_tiling(block)
+        merge = merge_tiling(block)
         _prepare_kernel[(batch, count)](q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind,
-                                        by_kind, splits, counts, rhos, n, EPS, K=block, CH=ranked, num_warps=warps)
-        roots = (batch, count, triton.cdiv(block, lanes))
-        _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=lanes, CH=chunk, STEPS=SECULAR_STEPS)
-        _zhat_kernel[roots](cd, cz, counts, rhos, origin, taus, zhat, K=block, R=lanes, CH=chunk)
-        _vectors_kernel[roots](cd, counts, origin, taus, zhat, u, lam, K=block, R=lanes, CH=chunk)
+                                        by_kind, splits, counts, rhos, n, EPS, K=block, CH=merge.ranked,
+                                        num_warps=merge.warps)
+        roots = (batch, count, triton.cdiv(block, merge.lanes))
+        _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=merge.lanes, CH=merge.chunk,
+                               STEPS=SECULAR_STEPS)
+        _zhat_kernel[roots](cd, cz, counts, rhos, origin, taus, zhat, K=block, R=merge.lanes, CH=merge.chunk)
+        _vectors_kernel[roots](cd, counts, origin, taus, zhat, u, lam, K=block, R=merge.lanes, CH=merge.chunk)
         values_next = values.clone()  # the eigenvalues that no merge of this level touches
         _order_kernel[(batch, count)](q, q_next, values_next, merges, perm, dsort, livepos, lam, dest, n, K=block,
-                                      CH=ranked, num_warps=warps)
-        tiles = triton.cdiv(block, tile)
+                                      CH=merge.ranked, num_warps=merge.warps)
+        tiles = triton.cdiv(block, merge.tile)
         _product_kernel[(batch * count, tiles, tiles)](
-            q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=tile,
-            TILE_K=tile_k, PRECISION=PRECISION)
+            q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=merge.tile,
+            TILE_K=merge.tile_k, PRECISION=PRECISION)
         q, q_next, values = q_next, q, values_next
     return q.transpose(1, 2).contiguous(), values, values * scale[:, None]
