@@ -96,7 +96,7 @@ def store_tile(value, c_desc, row, col):
 
     Its buffer may reuse the shared memory of a K loop's ring (the allocator sees the ring's last use end), while
     another warpgroup's last wgmma still reads that ring: every warp waits at a barrier first, or that read sees
-    this tile's values (gluon-matmul/README.md, forty-sixth session)."""
+    this tile's values (results/h200/experiments/gluon-matmul/README.md)."""
     cta_barrier()
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     c_smem.store(value.to(c_desc.dtype))
@@ -136,7 +136,7 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_a, stride_b, stride_c, A
 def shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
     """The swizzled shared-memory layout that wgmma reads, for tiles of `block` (a function of the tile's shape and
     type alone, kept: Gluon's host time to work one out, several times a call, is a large share of a small call's;
-    results/h200/NOTES.md, thirty-third session)."""
+    docs/findings.md, "Where a host path goes, per function")."""
     return gl.NVMMASharedLayout.get_default_for(list(block), GL_TYPES[dtype])
 
 

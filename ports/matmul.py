@@ -35,8 +35,8 @@ BENCH_CASES = (
     + [_case(m, 4096, 14336, 300 + m) for m in (1, 16, 128, 1024, 4096)]
 )
 # Ragged sizes (multiples of no tile), both output types, the LLM shapes at odd M, and 128 x 256 tiles whose K
-# steps are no multiple of the ring's stages (gpt-oss-20b's qkv at M = 1000: the Gluon port's race of the
-# forty-sixth session, results/h200/experiments/gluon-matmul/README.md).
+# steps are no multiple of the ring's stages (gpt-oss-20b's qkv at M = 1000, where the Gluon port's epilogue once
+# raced its K loop: `gluon_kernels.matmul.store_tile`, results/h200/experiments/gluon-matmul/README.md).
 TEST_CASES = [
     _case(1, 7, 33, 1), _case(7, 33, 255, 2), _case(33, 255, 1000, 3), _case(255, 1000, 7, 4),
     _case(1000, 1, 255, 5), _case(1000, 1000, 1000, 6, out="float32"), _case(1, 4096, 4096, 7),

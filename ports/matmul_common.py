@@ -24,7 +24,7 @@ class MatmulTiling:
 SMALL_M = 128
 PROGRAMS_WANTED = 128  # about one program per SM (132 on the H200)
 SMS = 132  # the H100's and H200's streaming multiprocessors: one wave of programs
-SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (results/h200/NOTES.md)
+SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (`compare.matmul_tilings`)
     128: (64, 4), 64: (64, 6), 32: (128, 4)}
 # 128-row tilings and the time of one wave of each, relative to 128 x 256's, as measured where the waves are full
 # (`python -m compare.matmul_tilings --cases shapes`; results/h200/experiments/matmul-tilings).

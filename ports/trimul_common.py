@@ -90,7 +90,7 @@ def kernel_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     check_kernel_sizes(batch, seq, dim, hidden)
     contract = largest_power_of_two_dividing(seq, 128)
     # LayerNorm rows: the fewest that keep an ahead-of-time sm_90 compile from spilling its [rows, dim] block
-    # (128 rows spill; results/h200/NOTES.md, "The TriMul tiling's figures")
+    # (128 rows spill: docs/findings.md, "Results on an NVIDIA H200", "TriMul")
     return TriMulTiling(rows=128, norm_rows=64 if dim <= 128 else 32, tile_dim=largest_power_of_two_dividing(dim, 64),
                         tile_out=largest_power_of_two_dividing(dim, 128),
                         tile_i=contract, tile_j=contract, tile_k=min(contract, 64))
@@ -120,7 +120,7 @@ def refuse_non_finite(column_sum, port: str) -> None:
         jax.debug.callback(functools.partial(refuse_non_finite, port=port), column_sum)
         return
     if jax is not None and isinstance(column_sum, jax.Array):  # read by torch: JAX's own float() is slower
-        column_sum = to_torch(column_sum)  # (experiments/call-cost-profiles, forty-sixth session)
+        column_sum = to_torch(column_sum)  # (results/h200/experiments/call-cost-profiles/)
     if not math.isfinite(float(column_sum)):
         raise Float16RangeError(
             f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "

@@ -80,7 +80,7 @@ def test_no_line_over_120_columns():
 
 def undefined_names(path: pathlib.Path) -> list[str]:
     """pyflakes' undefined names in a module: a name that a GPU-only path uses unimported fails only on a GPU (the
-    driver's `context_lost` did, results/h200/NOTES.md, forty-sixth session); this finds it on any machine."""
+    driver's `context_lost` once did); this finds it on any machine."""
     checker = pytest.importorskip("pyflakes.checker")
     from pyflakes import messages
 
