@@ -67,9 +67,9 @@ def mosaic_tiling(m: int, n: int, out: str = "same") -> MosaicTiling:
     """Small batches: 64-row tiles (wgmma's least), 128 columns where that still gives about a CTA per SM, else 64,
     and as many pipeline stages as shared memory holds (up to 12): without split-K, the bytes of B in flight per SM
     are what bounds small-M latency. Not 32 columns as in the Triton port: TMA copies of 64-byte rows ran at half
-    the rate of 128-byte ones (results/h200/NOTES.md). Large batches: 128 x 256 in two compute warpgroups, or
-    128 x 128 in one where that gives too few CTAs, 4 stages (3 for fp32 output, whose epilogue buffers are twice
-    as large)."""
+    the rate of 128-byte ones (docs/findings.md, "Mosaic GPU matmul: 64-byte TMA rows"). Large batches: 128 x 256
+    in two compute warpgroups, or 128 x 128 in one where that gives too few CTAs, 4 stages (3 for fp32 output,
+    whose epilogue buffers are twice as large)."""
     if m <= SMALL_M:
         tile_n = 128 if -(-m // 64) * -(-n // 128) >= PROGRAMS_WANTED else 64
         stage_bytes = (64 * 64 + 64 * tile_n) * 2

@@ -4,7 +4,7 @@ n, and the kernels' size limit.
 The Triton and Pallas ports run the same algorithm, stage for stage, with the same values, so these live once, here,
 beside the spec (ports/eigh.py); what only one port uses lives in its stage module (the Pallas Jacobi's exchange
 warps, the Triton port's register caps). Each constant says why in a line; the A/B runs and CPU prototypes that chose
-it are in results/h200/NOTES.md, "The eigh ports' tuning constants: what chose them".
+it are in docs/findings.md, "The eigh ports' tuning constants".
 """
 from __future__ import annotations
 

@@ -3,16 +3,16 @@ the language patched once per kernel launch, and quiet about the lanes a kernel 
 
 Reductions. The interpreter reduces with NumPy when the combiner is one of Triton's (sum, max, min, argmin,
 argmax), but applies any other combiner, such as the eigh port's tuple sums (`_add_pairs`, ...), one element at a
-time in Python, which took most of an n = 70 tridiagonalisation's time on a CPU (results/h200/NOTES.md, "The
-interpreter's reductions and patching"). Triton leaves
-a reduction's order unspecified (a combiner must be associative), and a GPU reduces in a tree of warp shuffles; here
-the combiner is applied to the two halves of the reduced axis, log2(n) calls of the port's own combine function on
-whole arrays: the same code runs, in a tree order, and a wrong combiner still gives a wrong answer.
+time in Python, which took most of an n = 70 tridiagonalisation's time on a CPU (docs/findings.md, "The
+interpreter's reductions"). Triton leaves a reduction's order unspecified (a combiner must be associative), and a
+GPU reduces in a tree of warp shuffles; here the combiner is applied to the two halves of the reduced axis, log2(n)
+calls of the port's own combine function on whole arrays: the same code runs, in a tree order, and a wrong combiner
+still gives a wrong answer.
 
 Patching once per launch. The interpreter swaps `triton.language`'s builtins for its own on every kernel launch
 and puts them back after it, but it also re-patches, without putting anything back, on every call of a
 `@triton.jit` helper from inside a kernel: the walk over the language's members (`inspect.getmembers`) took much
-of an n = 70 eigh call's time and patched nothing new (the same NOTES section). Here a helper call whose language
+of an n = 70 eigh call's time and patched nothing new (the same findings section). Here a helper call whose language
 modules the launch already patched is skipped; anything else is patched as before.
 
 Masked lanes. A kernel computes every lane of a block and masks the result (`tl.where`, a masked store): a GPU

@@ -17,7 +17,7 @@ from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_mat
 
 BACK_TRANSFORM_STAGES = 2  # software-pipelining stages (Pallas's Triton num_stages) of the products: the fastest
 # of those tried under XLA's Triton; the Triton port's kernels ran alike at 1 to 3 and keep Triton's default 3
-# (results/h200/NOTES.md, "The eigh ports' tuning constants")
+# (docs/findings.md, "The eigh kernels, port by port")
 
 
 def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk):

@@ -17,8 +17,8 @@ from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, m
 
 
 GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split project
-# kernel: XLA's Triton slows its two loops when it pipelines them over the default 3 (results/h200/NOTES.md, "The eigh
-# ports' tuning constants")
+# kernel: XLA's Triton slows its two loops when it pipelines them over the default 3 (docs/findings.md, "The eigh
+# kernels, port by port")
 
 
 def _panel_needs_work(continued, inside, cluster, first_cluster):

@@ -7,11 +7,11 @@ port exchanges rows or columns i and i ^ m with a register gather; Pallas's Trit
 values, but it loads from a ref at gathered indices: each round writes A and V to a buffer in global memory and,
 after one barrier, reads back A's partner columns, rows and both, and V's partner columns, so that J^T A J is
 formed elementwise in one step (the Triton port forms A J, then J^T (A J)). This kernel is still behind the Triton
-port's (results/h200/NOTES.md); the exchanges it replaced (a float32 product with the 0/1 permutation; three
-bfloat16 products, or halves exchanged by reshapes once per set bit of m) were slower still. The matrix is scaled
-by 1/max|A| and symmetrised first; both members of a pair use the same averaged A[p, q], and each round sets its
-pairs' A[p, q] to zero (triton_kernels/eigh/jacobi.py says why). Sweeps stop once every off-diagonal element is
-below eps.
+port's (docs/findings.md, "The eigh kernels, port by port"); the exchanges it replaced (a float32 product with
+the 0/1 permutation; three bfloat16 products, or halves exchanged by reshapes once per set bit of m) were slower
+still. The matrix is scaled by 1/max|A| and symmetrised first; both members of a pair use the same averaged
+A[p, q], and each round sets its pairs' A[p, q] to zero (triton_kernels/eigh/jacobi.py says why). Sweeps stop once
+every off-diagonal element is below eps.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .common import EPS, barrier, checked, f32, masked_load, per_matrix
 
 
 JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (the fastest of 1
-# to 8 warps at 20x32; results/h200/NOTES.md)
+# to 8 warps at 20x32; docs/findings.md, "The eigh kernels, port by port")
 JACOBI_EXCHANGE_SLOTS = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
 
 

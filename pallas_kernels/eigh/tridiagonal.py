@@ -187,7 +187,7 @@ def _row_sweep_product(w_ref, panel_ref, v, i, j, factor, below, *, n, block_n, 
     """p = factor A v (v zero up to j) on the rows below j from the lower triangle, `rows` whole padded rows at a
     time: each row tile stores its rows' sums in panel's row 2 nb and adds its mirrored part to every column's sum.
     Where many matrices share the SMs (2 warps), XLA's Triton ran this faster than `_symmetric_product`'s column
-    blocks, which the Triton port uses throughout (results/h200/NOTES.md)."""
+    blocks, which the Triton port uses throughout (docs/findings.md, "The eigh kernels, port by port")."""
     cols = jnp.arange(block_n)
     local = jnp.arange(rows)
 
@@ -418,7 +418,7 @@ def reduce(a, single=None, *, interpret):
         return *_reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret), bounds  # column 0's
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
     # at 640x512 on 2 warps every column-blocked tile tried ran slower there, though the Triton port's gained
-    # (results/h200/NOTES.md).
+    # (docs/findings.md, "The eigh kernels, port by port").
     product_cols = None if shares_the_sms(batch) else min(block_n, SYMMETRIC_PRODUCT_COLS)
     # w, d, e, tau, scale, panel, products (the column blocks' row sums; one unused row for the row sweep)
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n),
@@ -497,7 +497,7 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
         return columns(p * nb, nb, (close(p * nb, buffers, sums_buffer), sums_buffer))
 
     # Loops with static trip counts and no lax.cond: a lax.cond a column cost about the gap between host and kernel
-    # time (results/h200/NOTES.md).
+    # time (docs/findings.md, "The eigh kernels, port by port").
     buffers = (w,) + tuple(jnp.zeros((batch, *shape), jnp.float32) for shape in shapes[1:])
     carry = columns(0, min(nb, n), (buffers, jnp.zeros((batch, programs, block_n), jnp.float32)))
     full = n // nb

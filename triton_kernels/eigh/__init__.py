@@ -16,7 +16,8 @@ The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the ker
 them) and leave three bounds, which the call reads after its last kernel, in its one synchronisation, raising if
 the input was bad. Fewer than ONE_LAUNCH_BATCH matrices replay their path's kernels from a CUDA graph
 (`_replayed`). Nothing is kept between calls but compiled kernels and those graphs' buffers. Why the shifts,
-clusters and rounds are what they are: ports/eigh_common.py and results/h200/NOTES.md.
+clusters and rounds are what they are: ports/eigh_common.py and docs/findings.md, "The eigh ports' tuning
+constants".
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from . import back_transform, bisection, divide_conquer, inverse_iteration, jaco
 from .common import check_bounds
 
 # T's eigenpairs: "inverse_iteration" (bisection, inverse iteration, the clusters' Gram-Schmidt, the repair), or
-# "divide_conquer" (`divide_conquer`: the candidate of issue 55, to be A/B'd on the H200 as a copy of this package
-# with this line changed, results/h200/NOTES.md)
+# "divide_conquer" (`divide_conquer`: the candidate of issue 55, A/B'd on the H200 as a copy of this package with
+# this line changed, and not ready: docs/findings.md, "Divide and conquer's leaves and first GPU run")
 EIGENVECTORS = "inverse_iteration"
 
 

@@ -51,7 +51,7 @@ def _multisected(d, e, index, lo, hi, n, pivot_floor, APPROXIMATE: tl.constexpr,
     (LANES + 1)-th of the interval, where a bisection pass halves it. Every warp of a matrix counts at the same
     points, so that close eigenvalues found by different warps stay on one grid, which the halvings refine (a
     second pass, over each warp's own span of brackets, gave the psd test matrices' orthogonality figures a
-    heavier tail on the GPU: results/h200/NOTES.md)."""
+    heavier tail on the GPU: docs/findings.md, "The eigh kernels, port by port")."""
     points = lo + (hi - lo) * ((tl.arange(0, LANES) + 1).to(tl.float32) * (1.0 / (LANES + 1)))
     above = _sturm_counts(d, e, points, n, pivot_floor, APPROXIMATE)[None, :] > index[:, None]  # [lane, point]
     bracket_lo = tl.max(tl.where(above, lo, points[None, :]), axis=1)

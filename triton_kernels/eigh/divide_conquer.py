@@ -4,7 +4,8 @@ replacement of `bisection` and `inverse_iteration` (issue 55), written for batch
 T is torn at the middle of each segment, recursively, down to single rows: at a tear between rows j - 1 and j,
 beta = e[j - 1] leaves T as diag(T1', T2') + |beta| v v^T, v = e_{j-1} + sign(beta) e_j, T1' and T2' with |beta|
 taken from their touching diagonal entries. A single row is its own eigenpair. (Leaves of up to 32 rows solved by
-the on-chip Jacobi cost accuracy against single rows, whose small merges cost little: results/h200/NOTES.md.) Each
+the on-chip Jacobi cost accuracy against single rows, whose small merges cost little: docs/findings.md,
+"Divide and conquer's leaves and first GPU run".) Each
 merge of a level (all merges of every matrix in one launch a kernel):
 1. `_prepare_kernel`, one program a merge: D (the halves' eigenvalues) merged into one sorted order, z = Q^T v
    (the last row of the left half's vectors, the first of the right's), rho = |beta| |z|^2, z normalised; the
@@ -21,7 +22,8 @@ merge of a level (all merges of every matrix in one launch a kernel):
    tile over only the columns that live on its rows.
 Every difference lambda_i - d_j is formed from the root's offset and the exact difference of two float32 poles,
 never from two rounded eigenvalues. The CPU prototype with the same steps, and what it measured against the gates:
-results/h200/experiments/eigh-prototypes/divide_conquer.py, results/h200/NOTES.md.
+results/h200/experiments/eigh-prototypes/divide_conquer.py; docs/findings.md, "Divide and conquer's leaves and first
+GPU run".
 """
 from __future__ import annotations
 

@@ -184,7 +184,8 @@ def _orthonormalize_project_kernel(x_ptr, values_ptr, norm_ptr, start_ptr, again
     CHUNK columns a step, then the correction CHUNK columns at a time (E read twice, from L2). start_ptr
     [batch]: where the previous panel's first cluster starts, or a later break; again_ptr [batch]: whether
     the panel's second pass runs (from the first pass's finish). Classical Gram-Schmidt as products, where
-    row reductions across the program's warps (one a member) bound the older form (results/h200/NOTES.md)."""
+    row reductions across the program's warps (one a member) bound the older form (docs/findings.md, "The eigh
+    kernels, port by port")."""
     matrix = tl.program_id(0).to(tl.int64)
     share = tl.program_id(1)
     local = tl.arange(0, PANEL)
@@ -254,7 +255,7 @@ def _project_register_cap(programs: int, block_n: int, device: torch.device) -> 
     """Register cap a thread for the split Gram-Schmidt's project kernel at a padded 512, where its programs
     outnumber the two four-warp programs an SM holds uncapped: three an SM. Set only where driver A/Bs measured it
     faster (results/h200/experiments/eigh-variants/eigh-variants-gram-schmidt-register-caps.json; the figures:
-    results/h200/NOTES.md, "The eigh ports' tuning constants")."""
+    docs/findings.md, "The eigh ports' tuning constants")."""
     if block_n != 512:
         return None
     return register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT_WARPS, device=device)
@@ -264,7 +265,7 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
     """Register cap a thread for the one-program-a-matrix Gram-Schmidt: where its programs queue for the SMs, so
     that two fit an SM (`registers_for`) instead of the one its uncapped register count lets in, if that leaves at
     least 128 registers; None (no cap) otherwise. Measured faster where its programs queued, though each thread
-    spills (results/h200/NOTES.md, "The eigh ports' tuning constants"). The Pallas port cannot do this: Pallas's
+    spills (docs/findings.md, "The eigh ports' tuning constants"). The Pallas port cannot do this: Pallas's
     Triton compiler parameters have no register cap."""
     if not 128 <= registers_for(2, warps) < 255:
         return None

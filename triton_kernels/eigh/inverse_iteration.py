@@ -218,8 +218,8 @@ def _repair_kernel(x_ptr, d_ptr, e_ptr, values_ptr, norm_ptr, residual_ptr, limi
 def _transpose_kernel(src_ptr, dst_ptr, lengths_ptr, n, BLOCK: tl.constexpr, NORMALISE: tl.constexpr):
     """Program (b, i, j): dst[b] = src[b]^T on the BLOCK x BLOCK tile (i, j), read and written in rows (the
     compiler exchanges the tile through shared memory), where torch's strided copy reads one of the two
-    layouts a column at a time, slower (results/h200/NOTES.md). NORMALISE: src's column c over
-    lengths[b, c] (dst's rows unit vectors; a zero length leaves its column as it is)."""
+    layouts a column at a time, slower (docs/findings.md, "The eigh kernels, port by port"). NORMALISE: src's
+    column c over lengths[b, c] (dst's rows unit vectors; a zero length leaves its column as it is)."""
     matrix = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)

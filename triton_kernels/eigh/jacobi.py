@@ -7,8 +7,8 @@ zeroing its A[p, q] (Golub & Van Loan's symmetric Schur decomposition). J is app
 round rather than a matrix product's O(N^3): with J[i, i] = c_i and J[i ^ m, i] = -s_i,
 (A J)[:, i] = c_i A[:, i] - s_i A[:, i ^ m], and likewise for the rows of J^T (A J) and for V J; exchanging rows
 or columns i and i ^ m is one register gather (`tl.gather`; the Pallas port, whose Triton lowering has no gather,
-exchanges them through a buffer in global memory, one barrier a round, and its kernel is slower than this one,
-results/h200/NOTES.md).
+exchanges them through a buffer in global memory, one barrier a round, and its kernel is slower than this one:
+docs/findings.md, "The eigh kernels, port by port").
 
 Padding rows and columns are zero off the diagonal, so they never mix with the matrix. The matrix is scaled by
 1/max|A| and symmetrised first (no overflow or underflow at the extreme magnitudes); both members of a pair

@@ -392,7 +392,7 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     of the four that its uncapped register count lets in, so that a large batch runs in fewer waves, though each
     thread spills. Set only where a driver A/B measured it faster
     (results/h200/experiments/eigh-variants/eigh-variants-register-cap-one-warp.json; the figures:
-    results/h200/NOTES.md, "The eigh ports' tuning constants"). The Pallas port's Triton compiler parameters have
+    docs/findings.md, "The eigh ports' tuning constants"). The Pallas port's Triton compiler parameters have
     no cap. None on CPU tensors (`compare.hopper_compile`)."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
@@ -404,7 +404,7 @@ def _product_register_cap(programs: int, block_n: int, device: torch.device) -> 
     """Register cap a thread for the over-launches product at a padded 1024, where column 0's programs outnumber
     the three four-warp programs an SM holds uncapped: four an SM, though each thread spills. Set only where a
     driver A/B measured it faster (results/h200/experiments/eigh-variants/eigh-variants-product-register-cap.json;
-    the figures: results/h200/NOTES.md, "The eigh ports' tuning constants"). Pallas's Triton compiler parameters
+    the figures: docs/findings.md, "The eigh ports' tuning constants"). Pallas's Triton compiler parameters
     have no cap."""
     if block_n != 1024:
         return None
