@@ -154,7 +154,7 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("the Triton interpreter is on (TRITON_INTERPRET): kernels would run, not compile")
     compiled: dict[tuple, CompiledKernel] = {}
-    option_names = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    option_names = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 
     def compile_instead(kernel, *args, grid, warmup, **kwargs):
         options = {name: kwargs[name] for name in option_names if name in kwargs}

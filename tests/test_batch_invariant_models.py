@@ -95,7 +95,9 @@ def test_attention_without_a_gradient_has_the_definitions_bits(masked):
              "padded, is_causal": (q, k, v, given(padded), True), "is_causal": (q, k, v, None, True),
              "a decode step": (q[:, :, -1:], k, v, given(padded), False),
              "one mask for all": (q, k, v, given(causal), False),
-             "a decode step over many keys": (q[:, :, -1:], long_k, long_v, given(long_padded[:, None, None]), False)}
+             "a decode step over many keys": (q[:, :, -1:], long_k, long_v, given(long_padded[:, None, None]), False),
+             # a position bias (T5's, ALiBi's) added to scores scaled by 1 / sqrt(8): rounded twice, not fused
+             "a bias": (q, k, v, torch.randn(batch, 1, length, length, generator=gen).to(DEVICE, DTYPE), False)}
     with bi.batch_invariant():
         for name, (queries, k, v, mask, is_causal) in cases.items():
             fast = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True)

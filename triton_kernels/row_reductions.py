@@ -305,7 +305,8 @@ def attention_probabilities(scores: torch.Tensor, scale: float, order, mask, cau
         _attention_softmax_kernel[(rows,)](
             scores.contiguous(), scores if order is None else order, mask, y, keys, queries, heads, scale,
             0 if order is None or order.shape[0] == 1 else order.stride(0), *strides, ORDER=order is not None,
-            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), ONE_CHUNK=keys <= CHUNK, LIBDEVICE=scores.is_cuda)
+            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), ONE_CHUNK=keys <= CHUNK, LIBDEVICE=scores.is_cuda,
+            enable_fp_fusion=False)  # the scaled score rounded before an additive mask is added, as the definition's
     return y
 
 
