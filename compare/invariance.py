@@ -8,7 +8,7 @@
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
 `scaled_dot_product_attention` in torch (the mode runs it as its definition) and that definition in JAX. For each
-framework, with its mode off and on (`ports.batch_invariant`, `ports.batch_invariant_jax`), and each batch size B:
+framework, with its mode off and on (`batch_invariant.torch_mode`, `batch_invariant.jax_mode`), and each batch size B:
 
 - logits: every sequence's logits in the batch of B against the same sequence run alone, bit for bit;
 - gradient: the gradient of every sequence's loss (cross-entropy of its next tokens) with respect to its own
@@ -169,7 +169,7 @@ class TorchRunner:
     def _mode(self, invariant: bool):
         import contextlib
 
-        import ports.batch_invariant as bi
+        import batch_invariant.torch_mode as bi
 
         return bi.batch_invariant() if invariant else contextlib.nullcontext()
 
@@ -235,7 +235,7 @@ class JaxRunner:
         import jax
         import jax.numpy as jnp
 
-        from ports.batch_invariant_jax import batch_invariant
+        from batch_invariant.jax_mode import batch_invariant
 
         self.jax, self.jnp, self.model = jax, jnp, model
         self.dtype = jnp.bfloat16 if on_gpu else jnp.float16

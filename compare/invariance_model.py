@@ -10,7 +10,7 @@ longest, as a server batches them.
 
 - generate: greedy `generate()` with its KV cache, each batch of the first B prompts against each prompt alone: how
   many sequences' new tokens, and how many sequences' logits, differ by a bit, with the torch mode
-  (`ports.batch_invariant`) on and off.
+  (`batch_invariant.torch_mode`) on and off.
 - twin: the JAX twin (`compare.llama_jax`) with the model's weights, both modes on, against the model's logits on
   the left-padded batch of the first `--twin` prompts: how many logits differ by a bit.
 - cost (`--cost`, a GPU only): a decode step after `--context` cached tokens, and a prefill of B x `--context`
@@ -91,7 +91,7 @@ def generate(model, batch: list[list[int]], new_tokens: int):
 
 
 def _mode(invariant: bool):
-    import ports.batch_invariant as bi
+    import batch_invariant.torch_mode as bi
 
     return bi.batch_invariant() if invariant else contextlib.nullcontext()
 

@@ -113,7 +113,7 @@ def probe(frameworks: list[str], on_gpu: bool, batches: list[int], seed: int = 0
 
         import torch
 
-        import ports.batch_invariant as bi
+        import batch_invariant.torch_mode as bi
 
         device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float16)
         for name, op in torch_ops(device, dtype, arrays).items():
@@ -129,7 +129,7 @@ def probe(frameworks: list[str], on_gpu: bool, batches: list[int], seed: int = 0
         import jax
         import jax.numpy as jnp
 
-        from ports.batch_invariant_jax import batch_invariant
+        from batch_invariant.jax_mode import batch_invariant
 
         dtype = jnp.bfloat16 if on_gpu else jnp.float16
         inputs = {name: jnp.asarray(value, dtype) for name, value in arrays.items()}

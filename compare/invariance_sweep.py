@@ -115,7 +115,7 @@ def verdict(outputs, batches, last: bool = True) -> str:
     """`outputs(batch)` -> a NumPy array of the batch's per-sequence results; the first sequence of each batch, and
     the last unless `last` is off, against the same sequence alone (`outputs` of that one sequence is asked as batch
     -index - 1)."""
-    from ports.batch_invariant import NotCovered
+    from batch_invariant import NotCovered
 
     try:
         alone = {}
@@ -136,7 +136,7 @@ def verdict(outputs, batches, last: bool = True) -> str:
 def _torch_outputs(op, arrays: dict, dtype_name: str, device: str, invariant: bool):
     import torch
 
-    import ports.batch_invariant as bi
+    import batch_invariant.torch_mode as bi
 
     dtype = getattr(torch, dtype_name)
     tensors = {name: torch.from_numpy(value).to(device, dtype if value.dtype == np.float32 else None)
@@ -157,7 +157,7 @@ def _jax_outputs(op, arrays: dict, dtype_name: str, invariant: bool):
     import jax
     import jax.numpy as jnp
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     dtype = getattr(jnp, dtype_name)
     values = {name: jnp.asarray(value, dtype if value.dtype == np.float32 else None) for name, value in arrays.items()}

@@ -8,7 +8,7 @@ model's structure (RoPE, grouped-query attention, SwiGLU, RMSNorm, the projectio
 Each op follows transformers' torch code, in its dtype and its order of roundings: RMSNorm in float32 rounded to the
 model's dtype before its weight; the rotary embedding's angles in float32 (the frequencies times the positions: the
 torch mode's one-term product), cos and sin rounded to the model's dtype, q cos + rotate_half(q) sin in it; attention
-as the torch mode runs `scaled_dot_product_attention` (`ports.batch_invariant_attention.attention`): the scores in
+as the torch mode runs `scaled_dot_product_attention` (`batch_invariant.attention.attention`): the scores in
 float32, the keys the last query may not see moved last, softmax in float32, masked rows zero, rounded, then the
 product by the values; a projection with a bias rounded once, as addmm; SiLU as torch's kernel computes it, x / (1 +
 exp(-x)) in float32. The function is jitted with XLA's excess precision off, so that a 16-bit value is rounded
@@ -70,7 +70,7 @@ def logits(weights: dict, tokens, attention_mask, position_ids, *, config, last_
     allowed = jnp.tril(jnp.ones((length, length), bool))[None, None]
     if attention_mask is not None:
         allowed = allowed & attention_mask.astype(bool)[:, None, None, :]
-    # the keys the last query may not see last (`ports.batch_invariant_attention._masked_keys_last`)
+    # the keys the last query may not see last (`batch_invariant.attention._masked_keys_last`)
     order = jnp.argsort((~allowed[..., -1:, :]).astype(jnp.int8), axis=-1, stable=True)
     allowed = jnp.take_along_axis(jnp.broadcast_to(allowed, (batch, 1, length, length)), order, -1)
     x = weights["model.embed_tokens.weight"][tokens]
@@ -99,7 +99,7 @@ def logits_function(config, invariant: bool = True, last_only: bool = False):
     precision off."""
     import jax
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     function = functools.partial(logits, config=config, last_only=last_only)
     return jax.jit(batch_invariant(function) if invariant else function,

@@ -1,5 +1,5 @@
 """The sum over the last dimension whose bits never depend on the number of rows, for the batch-invariant JAX
-transformation (ports.batch_invariant_jax): the Triton row kernels' order (triton_kernels/row_reductions.py), in
+transformation (batch_invariant.jax_mode): the Triton row kernels' order (triton_kernels/row_reductions.py), in
 Pallas.
 
 One program sums one row, in CHUNK-element chunks taken in order into a float32 vector, which is then summed as a

@@ -1,4 +1,4 @@
-"""The batch-invariant mode for torch (ports.batch_invariant): through the Triton interpreter on a CPU, at small
+"""The batch-invariant mode for torch (batch_invariant.torch_mode): through the Triton interpreter on a CPU, at small
 sizes, the mode's products are invariant in the batch, agree with float64, carry their invariance into the gradients
 of the activations, refuse what they do not cover, and leave torch's kernels exactly as they were. On a CPU the
 products are float16 (the interpreter misreads bfloat16, which the mode refuses there); bfloat16 on a GPU."""
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import ports.batch_invariant as bi
-import ports.batch_invariant_kernels as bik
+import batch_invariant.torch_mode as bi
+import batch_invariant.kernels as bik
 from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -274,7 +274,7 @@ def test_sums_across_rows_and_of_integers():
     assert counted.tolist() == [1, 2] and counted.dtype == torch.int64 and int(integers) == 45
 
 
-# --- JAX: ports.batch_invariant_jax.batch_invariant(f) -------------------------------------------------------------
+# --- JAX: batch_invariant.jax_mode.batch_invariant(f) -------------------------------------------------------------
 
 def jax_inputs(rows, depth, cols, seed):
     jnp = pytest.importorskip("jax.numpy")
@@ -293,7 +293,7 @@ def decoder_layer(x, w):
 def test_jax_rows_have_the_same_bits_in_any_batch_under_jit_and_grad():
     jax = pytest.importorskip("jax")
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     x, w = jax_inputs(12, 48, 40, seed=21)
     layer = batch_invariant(decoder_layer)
@@ -333,7 +333,7 @@ def test_jax_takes_transposed_operands_as_they_lie(port_name, monkeypatch):
     # operands transposed first, the gradients within rounding of float64
     jax = pytest.importorskip("jax")
 
-    import ports.batch_invariant_jax as bij
+    import batch_invariant.jax_mode as bij
     from ports import matmul as spec
 
     impl = spec.WORKLOAD.implementation(port_name)
@@ -366,7 +366,7 @@ def test_jax_second_derivatives_run_on_the_port():
     # VJP, each operand read as it lies: lhs and rhs, plain and transposed): within rounding of XLA's in float32
     jax = pytest.importorskip("jax")
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     x, w = jax_inputs(9, 24, 20, seed=41)
     v, big_v = jax_inputs(9, 24, 20, seed=43)
@@ -392,7 +392,7 @@ def test_jax_row_sums_run_on_the_row_kernel_forward_and_backward():
     # same in any batch, its gradient too, within float32 rounding of float64 (rows of 3000: three 1024-chunks)
     jax = pytest.importorskip("jax")
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     x = jax.numpy.asarray(3 * np.random.default_rng(61).standard_normal((6, 3000)), jax.numpy.float32)
     reductions = {"softmax": lambda rows: jax.nn.softmax(rows, axis=-1),
@@ -453,8 +453,8 @@ def test_jax_refuses_what_it_does_not_cover():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
 
-    from ports.batch_invariant import NotCovered
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant import NotCovered
+    from batch_invariant.jax_mode import batch_invariant
 
     x, w = jax_inputs(4, 16, 8, seed=31)
     with pytest.raises(NotCovered, match="dot_general on float32"):
@@ -481,7 +481,7 @@ def test_jax_refuses_what_it_does_not_cover():
 def test_torch_and_jax_give_the_same_bits():
     pytest.importorskip("jax")
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     x, w = jax_inputs(16, 64, 48, seed=41)
     with bi.batch_invariant():

@@ -1,7 +1,7 @@
 """The torch mode under the models people run: left padding, a KV cache, Hugging Face's Llama with greedy `generate()`.
 On a CPU the products of attention run on a planted port that rounds its running sum every few keys, as a GPU's MMA
 groups K (on a GPU the mode's own port runs them, but in the first test): a left-padded sequence's keys then give its
-bits alone only where they sit where they sit alone (`ports.batch_invariant_attention._masked_keys_last`); the other
+bits alone only where they sit where they sit alone (`batch_invariant.attention._masked_keys_last`); the other
 products run on the Triton port through its interpreter, in float16."""
 import os
 import pathlib
@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import ports.batch_invariant as bi
-import ports.batch_invariant_attention as bia
-import ports.batch_invariant_kernels as bik
+import batch_invariant.torch_mode as bi
+import batch_invariant.attention as bia
+import batch_invariant.kernels as bik
 from compare.invariance_model import generate, left_padded
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

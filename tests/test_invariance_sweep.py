@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import ports.batch_invariant as bi
+import batch_invariant.torch_mode as bi
 from compare.invariance_sweep import _inputs, jax_ops, sweep, torch_ops
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -76,7 +76,7 @@ def test_each_torch_op_is_invariant_or_refused_and_reaches_no_library_reduction(
 
 def _primitives(jaxpr) -> set[str]:
     """Every primitive in a jaxpr, inner jaxprs' included."""
-    from ports.batch_invariant_jax import _jaxprs_in
+    from batch_invariant.jax_mode import _jaxprs_in
 
     found = set()
     for eqn in jaxpr.eqns:
@@ -89,7 +89,7 @@ def _primitives(jaxpr) -> set[str]:
 @pytest.mark.parametrize("name", list(jax_ops()))
 def test_each_jax_op_is_invariant_or_refused_and_holds_no_library_reduction(name):
     jax = pytest.importorskip("jax")
-    from ports.batch_invariant_jax import CALLS, CUSTOM, ORDERED, REFUSED
+    from batch_invariant.jax_mode import CALLS, CUSTOM, ORDERED, REFUSED
 
     arrays = _inputs(LENGTH, 3, seed=5)
     jaxpr = jax.make_jaxpr(jax_ops()[name])(*(jax.numpy.asarray(arrays[key], jax.numpy.float16 if arrays[
@@ -144,7 +144,7 @@ def test_jax_16_bit_values_are_rounded_where_they_are_made():
     import jax
     import jax.numpy as jnp
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     def eqns(jaxpr):
         for eqn in jaxpr.eqns:

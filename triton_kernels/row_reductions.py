@@ -1,4 +1,5 @@
-"""Row reductions whose bits never depend on the number of rows, for the batch-invariant mode (ports.batch_invariant).
+"""Row reductions whose bits never depend on the number of rows, for the batch-invariant torch mode
+(batch_invariant.torch_mode).
 
 One program reduces one row, in CHUNK-element chunks taken in order into a CHUNK-element float32 vector, which is
 then summed as a pairwise tree written out (`_tree_sum`): the order of every operation on a row depends on its

@@ -1,5 +1,5 @@
 """The batch-invariant torch mode's kernels: which matmul port runs its products, the batched product, the row
-kernels, and the checks of what they take (`ports.batch_invariant`, `ports.batch_invariant_attention`)."""
+kernels, and the checks of what they take (`batch_invariant.torch_mode`, `batch_invariant.attention`)."""
 from __future__ import annotations
 
 import functools
@@ -8,14 +8,11 @@ from typing import Callable
 
 import torch
 
+from batch_invariant import NotCovered
+
 PORT_ORDER = ("gluon", "triton")  # fastest first among the torch ports that give the same bits
 DTYPES = (torch.bfloat16, torch.float16)
 REDUCTION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-class NotCovered(RuntimeError):
-    """A product the mode does not cover. A RuntimeError, not a TypeError: torch turns a TypeError raised under `@`
-    into Python's own "unsupported operand" error, which would hide the reason."""
 
 
 _ports: dict[str, tuple[str, Callable]] = {}  # device type -> (port name, its matmul): metadata, chosen once

@@ -1,10 +1,10 @@
-"""`scaled_dot_product_attention` in the batch-invariant torch mode (`ports.batch_invariant`): as its definition, on
-the mode's products and row kernels, each query's row of bits its own whatever the batch."""
+"""`scaled_dot_product_attention` in the batch-invariant torch mode (`batch_invariant.torch_mode`): as its
+definition, on the mode's products and row kernels, each query's row of bits its own whatever the batch."""
 from __future__ import annotations
 
 import torch
 
-from ports.batch_invariant_kernels import NotCovered, _batched_product, _check, _row_reductions
+from batch_invariant.kernels import NotCovered, _batched_product, _check, _row_reductions
 
 
 class _Scores(torch.autograd.Function):

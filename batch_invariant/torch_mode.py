@@ -1,6 +1,6 @@
 """Batch-invariant mode for torch: aten's matrix products routed to the project's batch-invariant matmul ports.
 
-    import ports.batch_invariant as bi
+    import batch_invariant.torch_mode as bi
 
     with bi.batch_invariant():  # or bi.enable() ... bi.disable()
         logits = model(tokens)  # each row's bits whatever the batch it runs in
@@ -41,8 +41,8 @@ from typing import Callable
 
 import torch
 
-from ports.batch_invariant_attention import attention
-from ports.batch_invariant_kernels import (DTYPES, PORT_ORDER, REDUCTION_DTYPES, NotCovered, _batched_product, _check,
+from batch_invariant.attention import attention
+from batch_invariant.kernels import (DTYPES, PORT_ORDER, REDUCTION_DTYPES, NotCovered, _batched_product, _check,
                                            _product, _row_reductions, port_for)
 
 __all__ = ["DTYPES", "PORT_ORDER", "NotCovered", "active", "batch_invariant", "disable", "enable", "ordered",

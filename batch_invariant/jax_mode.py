@@ -1,6 +1,6 @@
 """Batch-invariant JAX: `batch_invariant(f)` runs f with every `dot_general` on the project's Pallas matmul ports.
 
-    from ports.batch_invariant_jax import batch_invariant
+    from batch_invariant.jax_mode import batch_invariant
 
     logits = jax.jit(batch_invariant(model))(params, tokens)  # each row's bits whatever the batch
 
@@ -8,7 +8,7 @@ f is traced to a jaxpr and evaluated equation by equation, each `dot_general` re
 output element over K in one fixed order whatever M is (no split-K). The rows of a product are the lhs's free
 dimensions flattened, so a row has the same bits alone or in any batch. The port is the first of `PORT_ORDER` that
 this machine runs (Mosaic GPU on Hopper, Pallas-Triton on other GPUs; on a CPU through their interpreters); on the
-GPU the ports give the same bits as each other and as the torch mode's (`ports.batch_invariant`).
+GPU the ports give the same bits as each other and as the torch mode's (`batch_invariant.torch_mode`).
 
 Each floating-point `reduce_sum` (softmax's, log-softmax's, a mean's, a variance's, a norm's), over any axes, runs
 on a row kernel whose order depends on the length of what it sums alone (`pallas_kernels.row_reductions`, the
@@ -21,7 +21,7 @@ the gradient of the lhs, g b^T, keeps the rows' invariance; the rhs's, a^T g, su
 is a broadcast. Inner `jit`s are entered; a custom-derivative function whose body holds a product or a sum is
 entered too (its custom rule then gives way to the body's own), one without either is left whole.
 
-What it does not cover it refuses with `ports.batch_invariant.NotCovered`, never falling back to XLA's dot: a
+What it does not cover it refuses with `batch_invariant.NotCovered`, never falling back to XLA's dot: a
 product in another dtype than bfloat16 or float16 (or of two dtypes, or with a preferred type other than its own
 or float32), a product or sum inside a control-flow primitive (`scan`, `while`, `cond`), whose body this
 evaluator does not enter, and the products it has no port for (`REFUSED`: cuDNN's attention, convolutions, grouped
@@ -35,7 +35,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ports.batch_invariant import NotCovered
+from batch_invariant import NotCovered
 
 PORT_ORDER = ("mosaic_gpu", "pallas")  # fastest first among the JAX ports that give the same bits
 DTYPES = (jnp.bfloat16, jnp.float16)
