@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from ports import batch_invariant, batch_invariant_jax
+from batch_invariant import jax_mode, torch_mode
 from triton_kernels import row_reductions
 
 N = 1 << 24
@@ -90,14 +90,14 @@ def elementwise():
 def softmaxes():
     print(f"1. and 3. softmax of the same float32 rows ({ROWS} rows), rounded to bfloat16: elements whose bits differ "
           "from the JAX mode's")
-    transformed = jax.jit(batch_invariant_jax.batch_invariant(lambda x: jax.nn.softmax(x, axis=-1)))
+    transformed = jax.jit(jax_mode.batch_invariant(lambda x: jax.nn.softmax(x, axis=-1)))
     variants = {name: row_kernels_variant(f"row_reductions_{index}", *change)
                 for index, (name, change) in enumerate(VARIANTS.items())}
     for cols in LENGTHS:
         generator = torch.Generator(device="cuda").manual_seed(cols)
         scores = 4 * torch.randn(ROWS, cols, device="cuda", generator=generator)
         jax_mode = torch.from_dlpack(transformed(jnp.from_dlpack(scores))).bfloat16()
-        with batch_invariant.batch_invariant():
+        with torch_mode.batch_invariant():
             torch_mode = torch.softmax(scores, -1).bfloat16()
         line = f"   length {cols:>5d}: torch mode {differing(torch_mode, jax_mode)}"
         for name, module in variants.items():
