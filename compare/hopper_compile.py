@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 
 from compare.one_case import one_case, one_case_arguments
-from ports.triton_launch import TRITON_ALIGNMENT, through_tritons_dispatch
-from ports.trimul_common import Float16RangeError
+from kernel_support.triton_launch import TRITON_ALIGNMENT, through_tritons_dispatch
+from kernel_support.trimul_common import Float16RangeError
 
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
 TORCH_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32",

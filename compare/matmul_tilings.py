@@ -55,7 +55,7 @@ def compare_tilings(m: int, n: int, k: int, on_gpu: bool):
     """Prints each tiling's line for one M x N x K; returns (the chosen tiling's us, the fastest's us, the fastest
     tiling, cuBLAS's us), each None without a GPU."""
     from ports import first_difference
-    from ports.matmul_common import MatmulTiling, matmul_tiling
+    from kernel_support.matmul_common import MatmulTiling, matmul_tiling
     from triton_kernels.matmul import matmul
 
     device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float16)

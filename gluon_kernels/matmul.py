@@ -6,8 +6,8 @@ accumulates A @ B into fp32 registers, one 16-deep tensor-core step after anothe
 the next tiles load. No split-K, so every element of C is the same sequence of operations whatever M is. Programs
 run in grouped order (group_m row tiles share the B tiles they read through L2), as in the other ports. The epilogue
 rounds the accumulator to the output type in registers, stores it to shared memory (the stage buffers' space, free
-by then) and TMA writes it out. The tiles are the Triton port's (`ports.matmul_common.matmul_tiling`); the stages
-are more (`gluon_tiling`).
+by then) and TMA writes it out. The tiles are the Triton port's (`kernel_support.matmul_common.matmul_tiling`); the
+stages are more (`gluon_tiling`).
 
 Differences the language forces, against the Triton port:
 - No masks: TMA zero-fills the part of a tile that lies past the array and drops the part of a store that does.
@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from gluon_kernels import TensorDescriptor, cta_barrier, fence_async_shared, gl, gluon, mbarrier, tma, tma_load
 from gluon_kernels import tma_store, use_device_scratch, warpgroup_mma, warpgroup_mma_wait
 from ports.matmul import output_dtype, validate
-from ports.matmul_common import MatmulTiling, matmul_tiling
-from ports.triton_launch import launch
+from kernel_support.matmul_common import MatmulTiling, matmul_tiling
+from kernel_support.triton_launch import launch
 
 TMA_ALIGNMENT = 16  # bytes: a descriptor's base address and row pitch
 SHARED_MEMORY = 227 * 1024  # what one program may use on sm_90
@@ -161,10 +161,10 @@ def _tma_ready(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=4096)
 def gluon_tiling(m: int, n: int) -> MatmulTiling:
-    """The Triton port's tiles (`ports.matmul_common.matmul_tiling`), with more stages (results/h200/experiments/
-    gluon-matmul): 64-row tiles as many as shared memory holds, up to 12 (without split-K, the bytes in flight per
-    SM bound small-M latency); 128-row tiles 4 (faster at M = 512 than the Triton port's 3 or than 7; no change
-    at M >= 1024)."""
+    """The Triton port's tiles (`kernel_support.matmul_common.matmul_tiling`), with more stages
+    (results/h200/experiments/gluon-matmul): 64-row tiles as many as shared memory holds, up to 12 (without split-K,
+    the bytes in flight per SM bound small-M latency); 128-row tiles 4 (faster at M = 512 than the Triton port's 3
+    or than 7; no change at M >= 1024)."""
     tiles = matmul_tiling(m, n)
     per_stage = (tiles.tile_m * tiles.tile_k + tiles.tile_k * tiles.tile_n) * 2
     wanted = MAX_STAGES if tiles.tile_m == 64 else 4

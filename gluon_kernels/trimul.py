@@ -33,9 +33,9 @@ from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load
 from gluon_kernels import warpgroup_mma_wait
 from gluon_kernels.matmul import k_loop, shared_layout, store_tile
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs, padded_length,
-                                 refuse_non_finite, scratch)
-from ports.triton_launch import launch
+from kernel_support.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs,
+                                          padded_length, refuse_non_finite, scratch)
+from kernel_support.triton_launch import launch
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
@@ -43,8 +43,8 @@ MIN_HIDDEN = 64  # wgmma's least M: fewer channels are padded with zero weights
 
 @dataclass(frozen=True)
 class GluonTriMulTiling:
-    """The Gluon port's tiles and launch settings, named as `ports.trimul_common.TriMulTiling`'s where they mean the
-    same.
+    """The Gluon port's tiles and launch settings, named as `kernel_support.trimul_common.TriMulTiling`'s where they
+    mean the same.
 
     rows: pairs (b, i, k) per program in the norm-projection and output kernels, one warpgroup's wgmma rows;
     tile_dim: the chunk of dim a weight tile of the norm-projection covers; tile_out: the chunk of dim written per

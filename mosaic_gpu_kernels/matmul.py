@@ -45,9 +45,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
-from ports.jax_padding import cut_to, zero_padded
+from kernel_support.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
-from ports.matmul_common import PROGRAMS_WANTED, SMALL_M
+from kernel_support.matmul_common import PROGRAMS_WANTED, SMALL_M
 
 EPILOGUE_TILE = 64  # the warp-specialised kernel's output pieces: 64 x 64
 SHARED_MEMORY = 200 * 1024  # of the H200's 227 KiB a CTA may use, what the small tiles' stages may take

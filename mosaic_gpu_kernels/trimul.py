@@ -32,9 +32,10 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
 from mosaic_gpu_kernels.matmul import MosaicTiling, one_warpgroup_tile, warp_specialised_tile
-from ports.jax_padding import cut_to, zero_padded
+from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import check_kernel_sizes, largest_power_of_two_dividing, padded_length, refuse_non_finite
+from kernel_support.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_length,
+                                          refuse_non_finite)
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
 PAIRS = 64  # pairs per CTA in the norm, projection and output kernels: one warpgroup's wgmma rows

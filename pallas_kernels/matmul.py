@@ -24,9 +24,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.jax_padding import cut_to, zero_padded
+from kernel_support.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
-from ports.matmul_common import matmul_tiling
+from kernel_support.matmul_common import matmul_tiling
 
 
 def _matmul_kernel(a_ref, b_ref, c_ref, *, n, k, tile_m, tile_n, tile_k, group_m, a_transposed, b_transposed):

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.jax_padding import cut_to, zero_padded
+from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import kernel_tiling, padded_length, refuse_non_finite
+from kernel_support.trimul_common import kernel_tiling, padded_length, refuse_non_finite
 
 
 def _dot_nt(a, b):

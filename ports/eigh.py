@@ -23,7 +23,7 @@ spectra, PSD, rank-deficient, near-rank-deficient, repeated, clustered, diagonal
 row-scaled, mixed batches, and LAPACK DDRVST-style types), written here from their definitions.
 The Triton and Pallas ports run parallel-order Jacobi on chip for n <= 64, and above it
 tridiagonalisation, bisection, inverse iteration and back-transformation (the parameters both
-ports share: ports/eigh_common.py).
+ports share: kernel_support/eigh_common.py).
 """
 from __future__ import annotations
 

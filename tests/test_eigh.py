@@ -15,7 +15,7 @@ import torch
 import ports
 from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 from ports import eigh as spec
-from ports import eigh_common as common
+from kernel_support import eigh_common as common
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SMOKE = spec.SMOKE_CASES

@@ -13,7 +13,7 @@ import torch
 
 import ports
 from ports import eigh as spec
-from ports import eigh_common as common
+from kernel_support import eigh_common as common
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SLOW = pytest.mark.slow  # minutes each in the Triton interpreter: on a CPU with --run-slow only (conftest)

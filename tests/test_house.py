@@ -10,8 +10,8 @@ import tokenize
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("ports", "batch_invariant", "triton_kernels", "pallas_kernels", "gluon_kernels", "mosaic_gpu_kernels",
-            "compare")
+PACKAGES = ("ports", "kernel_support", "batch_invariant", "triton_kernels", "pallas_kernels", "gluon_kernels",
+            "mosaic_gpu_kernels", "compare")
 SOURCES = sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
 TIMING = re.compile(r"\b\d+(\.\d+)? ?(ms|us|µs)\b|\bTFLOP/s\b.*\d|\d.*\bTFLOP/s\b")
 

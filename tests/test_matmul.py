@@ -18,7 +18,7 @@ from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 import ports
 from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
-from ports import matmul_common
+from kernel_support import matmul_common
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -211,7 +211,7 @@ def test_transposed_operands_are_read_in_place_with_the_same_bits(port):
 
 @pytest.mark.parametrize("port", [port for port in PORTS if spec.WORKLOAD.implementation(port).framework == "torch"])
 def test_a_misaligned_operand_after_an_aligned_one_of_its_shape_keeps_the_bits(port):
-    # The torch ports keep each compiled kernel by its launch's metadata (ports.triton_launch), which Triton
+    # The torch ports keep each compiled kernel by its launch's metadata (kernel_support.triton_launch), which Triton
     # specialises on a pointer's 16-byte alignment: a view one element into a buffer, after the same shapes from
     # aligned memory, must be launched as the kernel compiled for it, with the aligned call's bits
     matmul = port_function(port)
@@ -418,7 +418,8 @@ def test_hopper_compile_compiles_a_kernel_this_process_launched_before():
     # compile_launches intercepts: planted as launched before, the kernel must still be compiled, not launched
     script = """
 from compare.hopper_compile import compile_launches
-from ports import matmul as spec, triton_launch
+from kernel_support import triton_launch
+from ports import matmul as spec
 from triton_kernels import matmul as port
 
 class LaunchedBefore:
@@ -452,7 +453,7 @@ def test_shapes_cases_are_real_models_products_of_every_class():
 def test_a_cached_launch_compiles_once_per_specialisation_and_then_skips_tritons_dispatch():
     from types import SimpleNamespace
 
-    from ports.triton_launch import CachedLaunch
+    from kernel_support.triton_launch import CachedLaunch
 
     launches = []
 

@@ -481,13 +481,13 @@ def test_timer_all_gives_the_bridge_per_tensor_crossing_for_another_frameworks_p
 
 
 def test_jax_ports_pad_with_zeros_and_cut_back_in_compiled_calls():
-    # the JAX ports' shared padding (ports.jax_padding): zeros appended on every axis, the corner cut back
+    # the JAX ports' shared padding (kernel_support.jax_padding): zeros appended on every axis, the corner cut back
     # unchanged, each a jitted call compiled once per shape pair (never JAX's op-by-op path, which cost the Pallas
     # matmul more than its kernels: results/h200/experiments/pallas-matmul-jitted-padding/)
     jax = pytest.importorskip("jax")
     import numpy as np
 
-    from ports.jax_padding import cut_to, zero_padded
+    from kernel_support.jax_padding import cut_to, zero_padded
 
     array = jax.numpy.asarray(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
     padded = zero_padded(array, shape=(5, 8))

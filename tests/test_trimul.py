@@ -13,7 +13,7 @@ import ports
 from compare.hopper_compile import lower_for_hopper, triton_kernels_in
 from ports import to_framework, to_torch
 from ports import trimul as spec
-from ports.trimul_common import Float16RangeError
+from kernel_support.trimul_common import Float16RangeError
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"

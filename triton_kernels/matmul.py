@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 
 from ports.matmul import output_dtype, validate, validate_batch
-from ports.matmul_common import MatmulTiling, matmul_tiling
-from ports.triton_launch import launch
+from kernel_support.matmul_common import MatmulTiling, matmul_tiling
+from kernel_support.triton_launch import launch
 
 
 @triton.jit(do_not_specialize=["M"])

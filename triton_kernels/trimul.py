@@ -28,9 +28,9 @@ import triton
 import triton.language as tl
 
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from ports.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
-                                 scratch)
-from ports.triton_launch import launch
+from kernel_support.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
+                                          scratch)
+from kernel_support.triton_launch import launch
 
 
 @triton.jit

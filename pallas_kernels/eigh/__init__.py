@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from ports import to_torch
 from ports.eigh import check_shape, check_values
-from ports.eigh_common import JACOBI_MAX_N, check_offsets, jacobi_size
+from kernel_support.eigh_common import JACOBI_MAX_N, check_offsets, jacobi_size
 from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 
 # T's eigenpairs: "inverse_iteration" or "divide_conquer" (the candidate of issue 55, as in the Triton port; the

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                               BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
+from kernel_support.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
+                                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
 from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_matrix, window
 
 

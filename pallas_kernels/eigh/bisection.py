@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
+from kernel_support.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
 from .common import f32, per_matrix, window
 
 

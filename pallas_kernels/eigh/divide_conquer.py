@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import BACK_TRANSFORM_PRECISION, SECULAR_STEPS, merge_levels, merge_tiling
+from kernel_support.eigh_common import BACK_TRANSFORM_PRECISION, SECULAR_STEPS, merge_levels, merge_tiling
 from .common import DOT_ALGORITHMS, EPS, barrier, masked_load, per_matrix
 
 I32, F64 = jnp.int32, jnp.float64

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, PANEL,
-                               SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares, gram_schmidt_unrolled,
-                               split_gram_schmidt, vector_panel_warps)
+from kernel_support.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP,
+                                        PANEL, SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares,
+                                        gram_schmidt_unrolled, split_gram_schmidt, vector_panel_warps)
 from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, masked_load, per_matrix, window
 
 
@@ -247,7 +247,8 @@ def orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
     norm). Its rows come unit from `inverse_iteration.vectors`: a panel with no cluster in it or reaching into it is
     left as it is. split: each panel's projections shared among many programs per matrix, two pallas_calls twice a
-    panel in a jax.lax.fori_loop (default: ports.eigh_common.split_gram_schmidt); otherwise one program per matrix."""
+    panel in a jax.lax.fori_loop (default: kernel_support.eigh_common.split_gram_schmidt); otherwise one program per
+    matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = per_matrix(n), per_matrix(), per_matrix(n, n)

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
-                               REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
+from kernel_support.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
+                                        REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
 from . import gram_schmidt
 from .common import EPS, barrier, f32, masked_load, per_matrix, window
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import JACOBI_MAX_SWEEPS
+from kernel_support.eigh_common import JACOBI_MAX_SWEEPS
 from .common import EPS, barrier, checked, f32, masked_load, per_matrix
 
 

@@ -1,8 +1,8 @@
 """The eigh Pallas port's Householder tridiagonalisation, T = H^T (A / max|A|) H, for n > 64: the Triton port's.
 
 `_symmetrize_kernel`, then, the trailing matrix in global memory, either `_tridiagonalize_blocked_kernel`, one
-launch of one program per matrix in panels, or, by ports.eigh_common.one_launch, the same panels over launches: a column
-and a product launch per column, the product with several programs per matrix, and a closing update launch per
+launch of one program per matrix in panels, or, by kernel_support.eigh_common.one_launch, the same panels over launches:
+a column and a product launch per column, the product with several programs per matrix, and a closing update launch per
 panel. A pallas_call's grid is static, so the launches per column are a jax.lax.fori_loop over the column (an
 operand of the kernels) whose product and update launches keep column 0's number of programs throughout, programs
 past the trailing matrix's last tile idling (the Triton port sizes each launch to its column; unrolling n launches
@@ -17,11 +17,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ports.eigh_common import (COLUMN_KERNEL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
-                               OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK, PANEL_UPDATE_COLS, SYMMETRIC_PRODUCT_COLS,
-                               SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS,
-                               column_panel_chunk, one_launch, product_programs, row_blocks, shares_the_sms,
-                               tridiagonal_tile)
+from kernel_support.eigh_common import (COLUMN_KERNEL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
+                                        OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK, PANEL_UPDATE_COLS,
+                                        SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
+                                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, column_panel_chunk, one_launch,
+                                        product_programs, row_blocks, shares_the_sms, tridiagonal_tile)
 from .common import LOOP_INDEX, barrier, checked, dot_ieee, f32, loop_index, masked_load, per_matrix, window
 
 
@@ -403,8 +403,8 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
 def reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
     [batch, blocks, 3]), the reflectors in w's rows. single: one launch, one program per matrix, blocked in panels
-    of TRIDIAGONAL_PANEL columns (default: ports.eigh_common.one_launch); otherwise the same panels over launches
-    (`_reduce_in_panels`)."""
+    of TRIDIAGONAL_PANEL columns (default: kernel_support.eigh_common.one_launch); otherwise the same panels over
+    launches (`_reduce_in_panels`)."""
     batch, n, _ = a.shape
     block_n, rows, blocks = row_blocks(n)
     w, partial, bounds = pl.pallas_call(

@@ -16,7 +16,7 @@ The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the ker
 them) and leave three bounds, which the call reads after its last kernel, in its one synchronisation, raising if
 the input was bad. Fewer than ONE_LAUNCH_BATCH matrices replay their path's kernels from a CUDA graph
 (`_replayed`). Nothing is kept between calls but compiled kernels and those graphs' buffers. Why the shifts,
-clusters and rounds are what they are: ports/eigh_common.py and docs/findings.md, "The eigh ports' tuning
+clusters and rounds are what they are: kernel_support/eigh_common.py and docs/findings.md, "The eigh ports' tuning
 constants".
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ports.eigh import check_shape
-from ports.eigh_common import CUDA_GRAPH_SHAPES, JACOBI_MAX_N, check_offsets, jacobi_size, shares_the_sms
+from kernel_support.eigh_common import CUDA_GRAPH_SHAPES, JACOBI_MAX_N, check_offsets, jacobi_size, shares_the_sms
 from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 from .common import check_bounds
 

@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                               BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
+from kernel_support.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
+                                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
 from .common import empty
 
 

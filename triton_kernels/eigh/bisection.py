@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
+from kernel_support.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
 from .common import empty
 
 

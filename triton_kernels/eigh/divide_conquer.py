@@ -33,8 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import BACK_TRANSFORM_PRECISION as PRECISION
-from ports.eigh_common import SECULAR_STEPS, merge_levels, merge_tiling
+from kernel_support.eigh_common import BACK_TRANSFORM_PRECISION as PRECISION
+from kernel_support.eigh_common import SECULAR_STEPS, merge_levels, merge_tiling
 from .common import EPS
 
 

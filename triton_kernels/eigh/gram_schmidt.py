@@ -1,7 +1,7 @@
 """The eigh Triton port's block Gram-Schmidt within clusters of close eigenvalues.
 
-From n = 512 (`ports.eigh_common.split_gram_schmidt`) over launches: `_orthonormalize_project_kernel` forms each
-panel's projections as tensor-core products among many programs a matrix and `_orthonormalize_finish_kernel`
+From n = 512 (`kernel_support.eigh_common.split_gram_schmidt`) over launches: `_orthonormalize_project_kernel` forms
+each panel's projections as tensor-core products among many programs a matrix and `_orthonormalize_finish_kernel`
 applies them; below, `_orthonormalize_kernel`, one program per matrix.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP, PANEL,
-                               SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares, gram_schmidt_unrolled,
-                               split_gram_schmidt, vector_panel_warps)
+from kernel_support.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP,
+                                        PANEL, SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares,
+                                        gram_schmidt_unrolled, split_gram_schmidt, vector_panel_warps)
 from .common import EPS, empty, register_cap, registers_for
 
 
@@ -277,7 +277,7 @@ def orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cl
     """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
     norm): z, changed in place. Its rows come unit from `_transposed`: a panel with no cluster in it or reaching
     into it is left as it is. split: each panel's projections shared among many programs per matrix, four launches
-    a panel (default: ports.eigh_common.split_gram_schmidt); otherwise one program per matrix."""
+    a panel (default: kernel_support.eigh_common.split_gram_schmidt); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     unrolled = gram_schmidt_unrolled(batch)

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
-                               REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
+from kernel_support.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
+                                        REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
 from . import gram_schmidt
 from .common import EPS, empty
 

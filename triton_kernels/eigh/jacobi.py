@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import JACOBI_MAX_SWEEPS, jacobi_warps
+from kernel_support.eigh_common import JACOBI_MAX_SWEEPS, jacobi_warps
 from .common import EPS, bounds_buffer, checked
 
 

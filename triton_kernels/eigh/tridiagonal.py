@@ -3,8 +3,8 @@
 `_symmetrize_kernel` first (with the input's checks), then the reflectors, the trailing matrix in global memory.
 A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one launch, one program per matrix, in panels
 (lower triangle read once per column, written once per panel); otherwise the same panels run over launches
-(`ports.eigh_common.one_launch`): per column, `_panel_column_kernel` (one program a matrix) forms the reflector and
-`_panel_product_kernel` shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
+(`kernel_support.eigh_common.one_launch`): per column, `_panel_column_kernel` (one program a matrix) forms the reflector
+and `_panel_product_kernel` shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
 trailing update.
 """
 from __future__ import annotations
@@ -13,11 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.eigh_common import (COLUMN_KERNEL_WARPS, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
-                               OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK, PANEL_UPDATE_COLS,
-                               PRODUCT_PROGRAMS, SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
-                               TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, column_panel_chunk, one_launch, product_programs,
-                               product_stages, row_blocks, tridiagonal_tile)
+from kernel_support.eigh_common import (COLUMN_KERNEL_WARPS, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
+                                        OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK,
+                                        PANEL_UPDATE_COLS, PRODUCT_PROGRAMS, SYMMETRIC_PRODUCT_COLS,
+                                        SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
+                                        TRIDIAGONAL_ROWS, column_panel_chunk, one_launch, product_programs,
+                                        product_stages, row_blocks, tridiagonal_tile)
 from .common import bounds_buffer, checked, empty, register_cap
 
 
@@ -416,8 +417,8 @@ def reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
     [batch, blocks, 3]), the reflectors in w's rows.
     single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    ports.eigh_common.one_launch); otherwise the same blocking over launches: two a column (the column's product
-    p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
+    kernel_support.eigh_common.one_launch); otherwise the same blocking over launches: two a column (the column's
+    product p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
     batch, n, _ = a.shape
     block_n, rows, blocks = row_blocks(n)
     w, partial = empty(batch, n, n, device=a.device), empty(batch, blocks, device=a.device)
