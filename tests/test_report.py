@@ -147,7 +147,8 @@ def test_every_file_the_findings_cite_exists():
     import re
 
     text = (ROOT / "docs" / "findings.md").read_text()
-    paths = set(re.findall(r"(?<![\w/.:])((?:results|tests|compare|ports|docs|\w+_kernels)/[\w./*-]*[\w/*])", text))
+    folders = r"(?:results|tests|compare|ports|docs|batch_invariant|kernel_support|\w+_kernels)"
+    paths = set(re.findall(rf"(?<![\w/.:])({folders}/[\w./*-]*[\w/*])", text))
     names = set(re.findall(r"`([\w.-]+\.(?:json|txt|pt|png))`", text)) - {path.rsplit("/", 1)[-1] for path in paths}
     assert len(paths) > 20 and len(names) > 20  # the citations are read
     missing = [path for path in sorted(paths) if not list(ROOT.glob(path.rstrip("/")))]
