@@ -282,24 +282,26 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
 
     tiles = gluon_trimul_tiling(seq, dim, channels)
     pairs_layout = shared_layout((channels, tiles.rows), torch.float16)  # the gated and product tiles of pairs
+    weight_layout = shared_layout((channels, tiles.tile_dim), torch.float16)
+    gated_layout = shared_layout((tiles.tile_i, 64), torch.float16)
+    product_layout = shared_layout((tiles.tile_i, tiles.tile_i), torch.float16)
+    out_weight_layout = shared_layout((channels, tiles.tile_out), torch.float16)
+    out_layout = shared_layout((tiles.rows, tiles.tile_out), torch.float32)
     use_device_scratch()
     launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
         mask.reshape(pairs).to(torch.float32), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
         CHANNELS=channels, TILE_DIM=tiles.tile_dim, PAIRS=tiles.rows,
-        W_LAYOUT=shared_layout((channels, tiles.tile_dim), torch.float16), G_LAYOUT=pairs_layout,
+        W_LAYOUT=weight_layout, G_LAYOUT=pairs_layout,
         STAGES=tiles.project_stages, num_warps=tiles.project_warps)
     launch(_triangle_kernel, ((seq // tiles.tile_i) ** 2, batch * channels),
         gated, product, batch * channels, SEQ=seq, TILE=tiles.tile_i,
-        G_LAYOUT=shared_layout((tiles.tile_i, 64), torch.float16),
-        P_LAYOUT=shared_layout((tiles.tile_i, tiles.tile_i), torch.float16), STAGES=tiles.contract_stages,
-        num_warps=tiles.contract_warps)
+        G_LAYOUT=gated_layout, P_LAYOUT=product_layout, STAGES=tiles.contract_stages, num_warps=tiles.contract_warps)
     launch(_out_norm_project_kernel, (pairs // tiles.rows,),
         product, gated, by_channel(weights["to_out_norm.weight"]).contiguous(),
         by_channel(weights["to_out_norm.bias"]).contiguous(), out_weight_t, out, batch * channels, seq * seq,
         LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, CHANNELS=channels, PAIRS=tiles.rows, TILE_OUT=tiles.tile_out,
-        IN_LAYOUT=pairs_layout, W_LAYOUT=shared_layout((channels, tiles.tile_out), torch.float16),
-        OUT_LAYOUT=shared_layout((tiles.rows, tiles.tile_out), torch.float32), num_warps=tiles.output_warps)
+        IN_LAYOUT=pairs_layout, W_LAYOUT=out_weight_layout, OUT_LAYOUT=out_layout, num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
     refuse_non_finite(out[..., 0].sum(), "gluon")
     return out if seq == length else out[:, :length, :length].contiguous()

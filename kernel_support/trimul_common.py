@@ -10,8 +10,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ports import to_torch
-
 
 @dataclass(frozen=True)
 class TriMulTiling:
@@ -120,7 +118,7 @@ def refuse_non_finite(column_sum, port: str) -> None:
         jax.debug.callback(functools.partial(refuse_non_finite, port=port), column_sum)
         return
     if jax is not None and isinstance(column_sum, jax.Array):  # read by torch: JAX's own float() is slower
-        column_sum = to_torch(column_sum)  # (results/h200/experiments/call-cost-profiles/)
+        column_sum = torch.from_dlpack(column_sum)  # (results/h200/experiments/call-cost-profiles/)
     if not math.isfinite(float(column_sum)):
         raise Float16RangeError(
             f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
