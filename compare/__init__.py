@@ -1,11 +1,10 @@
-"""The comparison driver (`python -m compare`) and its tools.
+"""The comparison driver (`python -m compare`) and its report.
 
 The driver's core: `driver` (cases, variants, checks, the run), `timing` (how a call is timed), `result` (one
 implementation's result on one case, the typed record), `records` (what a run records, its floor and summary);
-around it `__main__` (the command line), `report` (tables, charts, README),
-`regression` (`--against`) and `suite` (the test suite run and recorded). The one-case research tools share
-`one_case`'s command line: `kernel_times`, `one_call`, `hunt`, `call_cost`, `hopper_compile`, `matmul_tilings`;
-`mosaic_gpu_probe` stands alone."""
+around it `__main__` (the command line), `report` (tables, charts, README), `regression` (`--against`), `suite` (the
+test suite run and recorded) and the `invariance` modules (`python -m compare invariance`: the batch-invariant modes
+on a decoder and on Hugging Face's models). The research tools are the subpackage `tools`."""
 import os
 import textwrap
 

@@ -1,7 +1,7 @@
 """Ports in Gluon, Triton's lower-level language: layouts, shared memory, TMA, mbarriers and wgmma made explicit.
 
 Gluon kernels run on a GPU only: Triton's interpreter does not run them (TRITON_INTERPRET is ignored by
-`gluon.jit`), so on a machine without a GPU they are compiled for sm_90 (`compare.hopper_compile`) and their
+`gluon.jit`), so on a machine without a GPU they are compiled for sm_90 (`compare.tools.hopper_compile`) and their
 numerics are checked on the H200.
 """
 import torch

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class MatmulTiling:
     """Tiles shared by the Triton and Pallas ports. Every tiling sums each element over K in the
     same sequence of 16-deep tensor-core steps, so all of them give the same bits on the H200
-    (measured: `python -m compare.matmul_tilings`, and the driver's batch-invariance sweep, which
+    (measured: `python -m compare.tools.matmul_tilings`, and the driver's batch-invariance sweep, which
     crosses from the small tiles to the large ones)."""
 
     tile_m: int
@@ -24,10 +24,10 @@ class MatmulTiling:
 SMALL_M = 128
 PROGRAMS_WANTED = 128  # about one program per SM (132 on the H200)
 SMS = 132  # the H100's and H200's streaming multiprocessors: one wave of programs
-SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (`compare.matmul_tilings`)
+SMALL_TILES = {  # tile_n: (tile_k, stages), the fastest measured for 64-row tiles (`compare.tools.matmul_tilings`)
     128: (64, 4), 64: (64, 6), 32: (128, 4)}
 # 128-row tilings and the time of one wave of each, relative to 128 x 256's, as measured where the waves are full
-# (`python -m compare.matmul_tilings --cases shapes`; results/h200/experiments/matmul-tilings).
+# (`python -m compare.tools.matmul_tilings --cases shapes`; results/h200/experiments/matmul-tilings).
 LARGE_TILES = ((MatmulTiling(tile_m=128, tile_n=256, warps=8, stages=3), 1.0),
                (MatmulTiling(tile_m=128, tile_n=128, warps=8, stages=3), 0.66))
 

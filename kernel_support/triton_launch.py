@@ -64,7 +64,8 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
 @contextlib.contextmanager
 def through_tritons_dispatch():
     """Inside, every launch goes through Triton's dispatch (`kernel[grid]`), none straight to a compiled kernel kept
-    before: for a tool that intercepts the dispatch (`compare.hopper_compile`). The table is as it was afterwards."""
+    before: for a tool that intercepts the dispatch (`compare.tools.hopper_compile`). The table is as it was
+    afterwards."""
     kept = dict(_LAUNCHES)
     _LAUNCHES.clear()
     try:

@@ -81,12 +81,12 @@ def trimul_variant(tmp_path):
 
 @pytest.fixture
 def compile_for_hopper():
-    """Runs `python -m compare.hopper_compile WORKLOAD --case CASE [OPTIONS]` with the interpreter off (it compiles
-    the Triton port's kernels for sm_90 instead of running them); returns (exit status, output)."""
+    """Runs `python -m compare.tools.hopper_compile WORKLOAD --case CASE [OPTIONS]` with the interpreter off (it
+    compiles the Triton port's kernels for sm_90 instead of running them); returns (exit status, output)."""
     def run(workload: str, case: str, *options: str):
         env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-        done = subprocess.run([sys.executable, "-m", "compare.hopper_compile", workload, "--case", case, *options],
-                              env=env,
+        done = subprocess.run([sys.executable, "-m", "compare.tools.hopper_compile", workload, "--case", case,
+                               *options], env=env,
                               cwd=pathlib.Path(__file__).resolve().parents[1], capture_output=True, text=True)
         return done.returncode, done.stdout + done.stderr
     return run

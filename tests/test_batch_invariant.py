@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import batch_invariant.torch_mode as bi
 import batch_invariant.kernels as bik
-from compare.hopper_compile import lower_for_hopper, triton_kernels_in
+from compare.tools.hopper_compile import lower_for_hopper, triton_kernels_in
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16

@@ -211,7 +211,7 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
 def test_the_attention_probabilities_kernel_compiles_for_hopper_without_spills():
     script = """
 import torch
-from compare.hopper_compile import compile_launches
+from compare.tools.hopper_compile import compile_launches
 from triton_kernels import row_reductions
 
 def launches(_):

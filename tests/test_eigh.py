@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ports
-from compare.hopper_compile import lower_for_hopper, triton_kernels_in
+from compare.tools.hopper_compile import lower_for_hopper, triton_kernels_in
 from ports import eigh as spec
 from kernel_support import eigh_common as common
 
@@ -317,7 +317,7 @@ def test_mosaic_gpu_probe_reports_what_lowers(capsys):
     # the probe behind the findings on Mosaic GPU and eigh: a full reduction lowers in every jax here, a gather in
     # none; each probe line names its way and semantics
     pytest.importorskip("jax")
-    from compare.mosaic_gpu_probe import main
+    from compare.tools.mosaic_gpu_probe import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -356,7 +356,7 @@ def test_bounded_check_leaves_what_the_bound_cannot_settle_to_the_check(monkeypa
 
 def test_hunt_over_case_sets_counts_matrices_and_needs_the_reference_only_where_the_bound_is_open(tmp_path,
                                                                                                   monkeypatch):
-    from compare.hunt import main as hunt_main
+    from compare.tools.hunt import main as hunt_main
 
     references, eigvalsh = [], torch.linalg.eigvalsh  # the reference's float64 eigenvalues, counted
     monkeypatch.setattr(torch.linalg, "eigvalsh", lambda a: references.append(a.shape) or eigvalsh(a))

@@ -442,7 +442,7 @@ def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memor
 
 def test_triton_register_caps_only_where_programs_queue(monkeypatch):
     # The Triton port caps a kernel's registers where its programs outnumber what an H200's 132 SMs hold uncapped, at
-    # the padded sizes the caps were measured at, and never on CPU tensors (`compare.hopper_compile`).
+    # the padded sizes the caps were measured at, and never on CPU tensors (`compare.tools.hopper_compile`).
     tridiagonal, gram_schmidt = (stage_module("triton", stage) for stage in ("tridiagonal", "gram_schmidt"))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("H200", (), {
         "multi_processor_count": 132}))

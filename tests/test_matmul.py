@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from compare.__main__ import main as compare_main
-from compare.hopper_compile import lower_for_hopper, triton_kernels_in
+from compare.tools.hopper_compile import lower_for_hopper, triton_kernels_in
 import ports
 from ports import first_difference, to_framework, to_torch
 from ports import matmul as spec
@@ -281,7 +281,7 @@ def test_vary_gives_new_data_with_the_answer_it_claims():
 
 
 def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
-    from compare.matmul_tilings import TILINGS, main
+    from compare.tools.matmul_tilings import TILINGS, main
 
     assert main(["--m", "9", "--n", "40", "--k", "70"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -289,7 +289,7 @@ def test_tiling_tool_compares_every_tiling_to_the_first(capsys):
 
 
 def test_tiling_tool_takes_a_case_set_and_marks_the_chosen_tiling(capsys):
-    from compare.matmul_tilings import main
+    from compare.tools.matmul_tilings import main
 
     assert main(["--cases", "smoke"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -396,7 +396,7 @@ def test_hopper_compile_specialises_as_a_launch_does(compile_for_hopper):
     # kernel does not specialise are left alone
     from types import SimpleNamespace
 
-    from compare.hopper_compile import _launch_specialisation
+    from compare.tools.hopper_compile import _launch_specialisation
 
     kernel = SimpleNamespace(arg_names=["a", "b", "n", "odd", "one", "flag", "step", "BLOCK"],
                              do_not_specialize=["step"])
@@ -417,7 +417,7 @@ def test_hopper_compile_compiles_a_kernel_this_process_launched_before():
     # the cached launch skips Triton's dispatch for a kernel it has launched, and the dispatch is where
     # compile_launches intercepts: planted as launched before, the kernel must still be compiled, not launched
     script = """
-from compare.hopper_compile import compile_launches
+from compare.tools.hopper_compile import compile_launches
 from kernel_support import triton_launch
 from ports import matmul as spec
 from triton_kernels import matmul as port

@@ -18,7 +18,7 @@ SMOKE = spec.SMOKE_CASES
 def test_one_call_calls_each_implementation_and_reports_a_failure(tmp_path, capsys, trimul_variant):
     # the process an outside profiler (ncu) wraps: each implementation called --calls times on the case's input,
     # a failing one named on one line while the others still run
-    from compare.one_call import main as one_call_main
+    from compare.tools.one_call import main as one_call_main
 
     counted, broken = trimul_variant("counted"), tmp_path / "trimul_broken.py"
     broken.write_text("def trimul(data):\n    raise RuntimeError('no kernel')\n")
@@ -43,7 +43,7 @@ def test_tools_choose_the_triton_interpreter_without_a_gpu(monkeypatch):
 def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, capsys, trimul_variant):
     # fresh inputs seed by seed, each output checked: the seeds an implementation gets wrong are named (and
     # recorded), the others pass; --seeds checks exactly the given inputs again
-    from compare.hunt import main as hunt_main, seed_order
+    from compare.tools.hunt import main as hunt_main, seed_order
 
     case = SMOKE[0]
     order, ranged = seed_order(case, None, None), seed_order(case, 200, None)
@@ -88,7 +88,7 @@ def test_kernel_times_reads_registers_and_spills_from_triton_caches(monkeypatch)
 
     from triton.runtime.jit import JITFunction
 
-    from compare.kernel_times import compiled_kernels
+    from compare.tools.kernel_times import compiled_kernels
 
     def add(x):
         return x
@@ -107,7 +107,7 @@ def test_kernel_times_reads_registers_and_spills_from_triton_caches(monkeypatch)
 def test_kernel_times_reports_a_failing_implementation_and_goes_on(capsys):
     import types
 
-    from compare.kernel_times import report
+    from compare.tools.kernel_times import report
 
     def out_of_shared_memory(inputs):
         raise RuntimeError("while launching eigh_back_transform:\nShared memory size limit exceeded: requested 270336")
@@ -147,7 +147,7 @@ def fake_profiler(recorded, trace_events=()):
 def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkeypatch):
     # A JAX call returns before its kernels have run: unless the warm-up is waited for, its kernels run (and are
     # counted) while the profiled calls start; and each array of a tuple output is waited for, not only a lone one.
-    from compare.kernel_times import kernel_times
+    from compare.tools.kernel_times import kernel_times
 
     waited = []
 
@@ -176,7 +176,7 @@ def test_kernel_times_waits_for_every_array_of_each_call_warm_up_included(monkey
 def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeypatch, capsys):
     # CUPTI's records in the profiler's Chrome trace give every kernel's registers, block and shared memory, XLA's
     # included; a name launched with two specialisations lists both, and a kernel the trace has no record of a dash
-    from compare.kernel_times import launch_resources, report
+    from compare.tools.kernel_times import launch_resources, report
 
     events = [
         {"cat": "kernel", "name": "eigh_bisect", "args": {"registers per thread": 38, "block": [32, 1, 1],
@@ -206,7 +206,7 @@ def test_kernel_times_lists_each_kernels_launch_resources_from_the_trace(monkeyp
 
 
 def test_kernel_times_keeps_the_times_when_the_trace_cannot_be_read(monkeypatch, capsys):
-    from compare.kernel_times import report
+    from compare.tools.kernel_times import report
 
     class Untraced(fake_profiler([("eigh_bisect", 4000.0)])):
         def export_chrome_trace(self, path):
@@ -225,7 +225,7 @@ def test_kernel_times_keeps_the_times_when_the_trace_cannot_be_read(monkeypatch,
 
 @pytest.mark.parametrize("variant", ["fast=triton", "fast=nope:{file}"])
 def test_kernel_times_rejects_bad_variants_with_code_2(capsys, trimul_variant, variant):
-    from compare.kernel_times import main as kernel_times_main
+    from compare.tools.kernel_times import main as kernel_times_main
     file = trimul_variant("counted")
     assert kernel_times_main(["trimul", "--variant", variant.format(file=file)]) == 2
     assert "bad argument" in capsys.readouterr().err
@@ -234,7 +234,7 @@ def test_kernel_times_rejects_bad_variants_with_code_2(capsys, trimul_variant, v
 def test_call_cost_measures_every_piece_of_a_timed_call(capsys, tmp_path):
     # on a CPU the figures are the CPU's; what is checked is that every piece runs and is reported
     pytest.importorskip("jax")
-    from compare.call_cost import main
+    from compare.tools.call_cost import main
 
     status = main(["--calls", "2", "--json", str(tmp_path / "cost.json")])
     out = capsys.readouterr().out
@@ -252,7 +252,7 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
     pytest.importorskip("jax")
     import torch
 
-    from compare.call_cost import PROFILE_ROWS, main
+    from compare.tools.call_cost import PROFILE_ROWS, main
 
     status = main(["--port", "trimul:pallas", "--case", "smoke:0", "--calls", "2", "--profile",
                    "--json", str(tmp_path / "p.json")])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ports
-from compare.hopper_compile import lower_for_hopper, triton_kernels_in
+from compare.tools.hopper_compile import lower_for_hopper, triton_kernels_in
 from ports import to_framework, to_torch
 from ports import trimul as spec
 from kernel_support.trimul_common import Float16RangeError

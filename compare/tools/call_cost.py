@@ -1,7 +1,7 @@
 """What a call costs besides its kernels: each piece of the driver's timed call, measured alone on a trivial kernel.
 
-    python -m compare.call_cost [--calls 200] [--json FILE]
-    python -m compare.call_cost --port trimul:pallas --case bench:0 [--calls 20] [--profile] [--json FILE]
+    python -m compare.tools.call_cost [--calls 200] [--json FILE]
+    python -m compare.tools.call_cost --port trimul:pallas --case bench:0 [--calls 20] [--profile] [--json FILE]
 
 The driver's host clock starts after an L2 flush and a device-wide synchronisation and stops at the next
 synchronisation, so a port's "overhead" (host clock minus its kernels) holds the port's own host work and also the
@@ -96,7 +96,10 @@ def pieces(on_gpu: bool):
     import torch
 
     from compare.timing import L2_FLUSH_BYTES, median_after_warm_up, wait_for
+    from mosaic_gpu_kernels.launch_cost import add_one as mosaic_gpu_add_one
+    from pallas_kernels.launch_cost import add_one as pallas_add_one
     from ports import to_framework, to_torch
+    from triton_kernels.launch_cost import add_one as triton_add_one
 
     device = "cuda" if on_gpu else "cpu"
     tensor = torch.zeros(1, device=device)
@@ -129,8 +132,7 @@ def pieces(on_gpu: bool):
     native = to_framework("jax", tensor)
     native_scalar = to_framework("jax", scalar)
     natives = to_framework("jax", many)
-    pallas_triton, mosaic_gpu = _pallas_add_ones(on_gpu)
-    triton_add = triton_add_one()
+    pallas_triton, mosaic_gpu = pallas_add_one(on_gpu), mosaic_gpu_add_one(on_gpu)
     try:  # the stream JAX hands a DLPack producer, as jax.dlpack.from_dlpack asks for it
         jax_stream = native.devices().pop().get_stream_for_external_ready_events() if on_gpu else None
     except Exception:  # noqa: BLE001 - a backend without external streams
@@ -160,9 +162,9 @@ def pieces(on_gpu: bool):
         ("pallas-triton, between synchronisations", "the same, clocked as the driver clocks a call",
          between_synchronisations(lambda: pallas_triton(native), on_gpu)),
         ("triton, back-to-back", "a Triton kernel adding one (a pointer and a size): Triton's launcher",
-         back_to_back(lambda: triton_add(tensor))),
+         back_to_back(lambda: triton_add_one(tensor))),
         ("triton, between synchronisations", "the same, clocked as the driver clocks a call",
-         between_synchronisations(lambda: triton_add(tensor), on_gpu)),
+         between_synchronisations(lambda: triton_add_one(tensor), on_gpu)),
         *(_gluon_pieces(back_to_back, alone) if on_gpu else []),
         ("mosaic-gpu, back-to-back", "a Pallas kernel on Mosaic GPU adding one",
          back_to_back(lambda: mosaic_gpu(native))),
@@ -311,41 +313,10 @@ def profile_port(workload, case: dict, impl, on_gpu: bool, calls: int, rows: int
 def _short_path(file: str) -> str:
     """A source file's path from its package on (an installed package's or this repository's), or the standard
     library's file name: never the machine's paths."""
-    root = str(Path(__file__).resolve().parents[1]) + os.sep
+    root = str(Path(__file__).resolve().parents[2]) + os.sep
     if "site-packages" + os.sep in file:
         return file.split("site-packages" + os.sep)[-1]
     return file.removeprefix(root) if file.startswith(root) else Path(file).name
-
-
-def triton_add_one():
-    """A one-element Triton kernel adding one in place, launched on a tensor (the interpreter's without a GPU)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def add_one(pointer, size, BLOCK: tl.constexpr):
-        offsets = tl.arange(0, BLOCK)
-        tl.store(pointer + offsets, tl.load(pointer + offsets, mask=offsets < size) + 1, mask=offsets < size)
-
-    def call(tensor):
-        add_one[(1,)](tensor, tensor.numel(), BLOCK=16)
-        return tensor
-    return call
-
-
-def gluon_empty_kernels():
-    """(takes_a_pointer, takes_a_descriptor): two Gluon kernels that do nothing, for a launch's cost alone."""
-    from gluon_kernels import gluon
-
-    @gluon.jit
-    def takes_a_pointer(pointer):
-        pass
-
-    @gluon.jit
-    def takes_a_descriptor(desc):
-        pass
-
-    return takes_a_pointer, takes_a_descriptor
 
 
 def _gluon_pieces(back_to_back, alone) -> list:
@@ -355,9 +326,9 @@ def _gluon_pieces(back_to_back, alone) -> list:
     same with the descriptor made once, the launcher's part alone."""
     import torch
 
+    from gluon_kernels.launch_cost import takes_a_descriptor, takes_a_pointer
     from gluon_kernels.matmul import descriptor
 
-    takes_a_pointer, takes_a_descriptor = gluon_empty_kernels()
     tile = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     made_once = descriptor(tile, [64, 64])
     return [
@@ -372,30 +343,8 @@ def _gluon_pieces(back_to_back, alone) -> list:
     ]
 
 
-def _pallas_add_ones(on_gpu: bool):
-    """Two jitted one-element kernels adding one: Pallas on its Triton lowering, and on Mosaic GPU."""
-    import jax
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    from mosaic_gpu_kernels.common import interpret_params
-
-    def body(x_ref, o_ref):
-        o_ref[...] = x_ref[...] + 1
-
-    def triton_add(x):
-        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=not on_gpu)(x)
-
-    def mosaic_add(x):
-        wide = jax.numpy.broadcast_to(x, (128,))  # Mosaic GPU's plain loads take 128 elements at least
-        return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128,), x.dtype), grid=(1,), grid_names=("one",),
-                            interpret=None if on_gpu else interpret_params())(wide)[:1]
-
-    return jax.jit(triton_add), jax.jit(mosaic_add)
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare.call_cost", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m compare.tools.call_cost", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, help="calls a figure is the median of (default 200; 20 with --port)")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
@@ -414,8 +363,8 @@ def main(argv=None) -> int:
     if args.port:  # JAX is told not to take the GPU's memory up front: torch holds the case's inputs
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from compare import gpu_or_interpreters
-    from compare.one_case import one_case
     from compare.records import device_info, error_text, versions
+    from compare.tools.one_case import one_case
 
     on_gpu = gpu_or_interpreters()
     about = {}

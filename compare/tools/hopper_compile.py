@@ -1,6 +1,6 @@
 """What a Triton port's kernels cost to compile for the H200 (sm_90), on any machine: no GPU needed.
 
-    python -m compare.hopper_compile eigh --case test:3
+    python -m compare.tools.hopper_compile eigh --case test:3
 
 Runs the workload's Triton implementation on CPU tensors with every kernel launch intercepted:
 each distinct kernel (its constexprs, argument types, warps and stages) is compiled for sm_90 by
@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from compare.one_case import one_case, one_case_arguments
+from compare.tools.one_case import one_case, one_case_arguments
 from kernel_support.triton_launch import TRITON_ALIGNMENT, through_tritons_dispatch
 from kernel_support.trimul_common import Float16RangeError
 
@@ -206,7 +206,7 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
 
 
 def main(argv=None) -> int:
-    parser = one_case_arguments("python -m compare.hopper_compile", __doc__, "test:0", "triton",
+    parser = one_case_arguments("python -m compare.tools.hopper_compile", __doc__, "test:0", "triton",
                                 "a Triton implementation of the workload, or a --variant's name")
     parser.add_argument("--cold", action="store_true",
                         help="compile into an empty Triton cache, so the seconds are a first compile's")

@@ -1,7 +1,7 @@
 """Fresh inputs until the time runs out, every output checked: a failure hunt whose failures can be checked again.
 
-    python -m compare.hunt eigh --case bench:7 --impl triton,pallas --seconds 300 --json hunt.json
-    python -m compare.hunt eigh --case bench,test --impl triton,pallas --seconds 600 --json hunt.json
+    python -m compare.tools.hunt eigh --case bench:7 --impl triton,pallas --seconds 300 --json hunt.json
+    python -m compare.tools.hunt eigh --case bench,test --impl triton,pallas --seconds 600 --json hunt.json
 
 The driver's timed runs vary a few seeded inputs by the workload's symmetries (for eigh, s P A P^T), so an input
 that an implementation rarely gets wrong can hide from it: the eigh Triton port's rare failures at 60x1024 mixed
@@ -117,9 +117,9 @@ def main(argv=None) -> int:
     from compare import gpu_or_interpreters
 
     on_gpu = gpu_or_interpreters()
-    from compare.one_case import one_case_arguments, one_case_setup
+    from compare.tools.one_case import one_case_arguments, one_case_setup
 
-    parser = one_case_arguments("python -m compare.hunt", __doc__, "bench:0", "triton,pallas",
+    parser = one_case_arguments("python -m compare.tools.hunt", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations",
                                 case_help="comma-separated SET:INDEX or SET (each of its cases), e.g. bench,test:3")
     parser.add_argument("--seconds", type=float, default=60.0,
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
             failed.setdefault(failure["case"], set()).add(failure["seed"])
     variants = "".join(f" --variant {spec}" for spec in args.variant)
     for case_name, failed_seeds in failed.items():
-        print(f"check them again: python -m compare.hunt {args.workload} --case {case_name} --impl {args.impl}"
+        print(f"check them again: python -m compare.tools.hunt {args.workload} --case {case_name} --impl {args.impl}"
               f"{variants} --seeds {','.join(map(str, sorted(failed_seeds)))}")
     return 1 if failed or any(entry["load_error"] for entry in tally.values()) else 0
 

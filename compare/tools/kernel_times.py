@@ -1,7 +1,7 @@
 """Where the time goes: per-kernel GPU time of implementations on one case, from torch.profiler.
 
-    python -m compare.kernel_times trimul --case bench:6 --impl triton,pallas
-    python -m compare.kernel_times eigh --case bench:3 --impl triton --variant capped=triton:eigh_capped
+    python -m compare.tools.kernel_times trimul --case bench:6 --impl triton,pallas
+    python -m compare.tools.kernel_times eigh --case bench:3 --impl triton --variant capped=triton:eigh_capped
 
 The profiler records Triton, Pallas and XLA kernels in one trace, so the breakdown is the
 same for both frameworks. Each implementation runs a warm-up call, then `--runs` profiled calls
@@ -86,9 +86,9 @@ def compiled_kernels(function) -> list[tuple[str, int, int, int]]:
 
 def main(argv=None) -> int:
     # imported here: the driver imports this module
-    from compare.one_case import one_case_arguments, one_case_setup
+    from compare.tools.one_case import one_case_arguments, one_case_setup
 
-    parser = one_case_arguments("python -m compare.kernel_times", __doc__, "bench:0", "triton,pallas",
+    parser = one_case_arguments("python -m compare.tools.kernel_times", __doc__, "bench:0", "triton,pallas",
                                 "comma-separated implementations")
     parser.add_argument("--runs", type=int, default=5)
     setup = one_case_setup(parser, argv)

@@ -1,7 +1,7 @@
 """Which tilings keep the bits: the Triton matmul port under several tilings, compared bitwise.
 
-    python -m compare.matmul_tilings [--m 1,128,1000] [--n 4096] [--k 4096]
-    python -m compare.matmul_tilings --cases shapes
+    python -m compare.tools.matmul_tilings [--m 1,128,1000] [--n 4096] [--k 4096]
+    python -m compare.tools.matmul_tilings --cases shapes
 
 For each M, runs the port with each tiling in TILINGS on the same bf16 inputs and reports
 whether its output equals the first tiling's bit for bit and, on a GPU, its kernel time
@@ -87,7 +87,7 @@ def compare_tilings(m: int, n: int, k: int, on_gpu: bool):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare.matmul_tilings", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m compare.tools.matmul_tilings", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     on_gpu = gpu_or_interpreters()
     parser.add_argument("--m", default="1,128,1000" if on_gpu else "70", help="comma-separated row counts")

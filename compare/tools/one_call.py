@@ -1,7 +1,7 @@
 """One call of each implementation on one case, nothing timed or checked: for a profiler outside the process.
 
     ncu --clock-control none --kernel-name regex:tridiagonalize --launch-count 1 --section SpeedOfLight \\
-        python -m compare.one_call eigh --case bench:3 --impl triton
+        python -m compare.tools.one_call eigh --case bench:3 --impl triton
 
 Nsight Compute (`ncu`) replays each kernel it is asked for and reads the hardware counters (DRAM bytes, issue
 rates, stall reasons), which torch.profiler cannot; it profiles a whole process, so this runs nothing but the
@@ -20,11 +20,11 @@ def main(argv=None) -> int:
 
     on_gpu = gpu_or_interpreters()
     # imported here: the driver imports the kernel-time helpers this shares
-    from compare.one_case import one_case_arguments, one_case_setup
     from compare.records import error_text
     from compare.timing import wait_for
+    from compare.tools.one_case import one_case_arguments, one_case_setup
 
-    parser = one_case_arguments("python -m compare.one_call", __doc__, "bench:0", "triton",
+    parser = one_case_arguments("python -m compare.tools.one_call", __doc__, "bench:0", "triton",
                                 "comma-separated implementations, called in this order")
     parser.add_argument("--calls", type=int, default=1, help="calls of each implementation (default 1)")
     setup = one_case_setup(parser, argv)

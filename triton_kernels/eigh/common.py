@@ -27,7 +27,7 @@ def checked(tile, transposed, bounds_ptr):
 
 def bounds_buffer(*shape, device):
     """The buffer for a launch's checks' bounds ([*shape, 3]): zeros, so that a launch compiled and not run
-    (`compare.hopper_compile`) passes the check."""
+    (`compare.tools.hopper_compile`) passes the check."""
     return torch.zeros(*shape, 3, device=device)
 
 
@@ -52,7 +52,7 @@ def register_cap(programs: int, uncapped_an_sm: int, programs_an_sm: int, warps:
                  device: torch.device) -> int | None:
     """The register cap a thread that lets programs_an_sm programs share an SM (`registers_for`), for a launch
     whose programs outnumber what the SMs hold uncapped (uncapped_an_sm each, at the registers it compiles to);
-    None otherwise, and on CPU tensors (`compare.hopper_compile`)."""
+    None otherwise, and on CPU tensors (`compare.tools.hopper_compile`)."""
     if device.type != "cuda":
         return None
     sms = torch.cuda.get_device_properties(device).multi_processor_count

@@ -394,7 +394,7 @@ def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: t
     thread spills. Set only where a driver A/B measured it faster
     (results/h200/experiments/eigh-variants/eigh-variants-register-cap-one-warp.json; the figures:
     docs/findings.md, "The eigh ports' tuning constants"). The Pallas port's Triton compiler parameters have
-    no cap. None on CPU tensors (`compare.hopper_compile`)."""
+    no cap. None on CPU tensors (`compare.tools.hopper_compile`)."""
     if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
         return None
     return register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,

@@ -2,8 +2,9 @@
 
     python results/h200/experiments/call-cost-profiles/profile_launches.py [--launches 5000]
 
-The kernels are compare.call_cost's: a Triton kernel adding one (a pointer and a size), an empty Gluon kernel taking
-a pointer, and the same taking a [64, 64] fp16 TMA descriptor made once beforehand. Each is timed back to back
+The kernels are compare.tools.call_cost's (triton_kernels.launch_cost, gluon_kernels.launch_cost): a Triton kernel
+adding one (a pointer and a size), an empty Gluon kernel taking a pointer, and the same taking a [64, 64] fp16 TMA
+descriptor made once beforehand. Each is timed back to back
 without the profiler, then profiled; the functions with the most time of their own are printed.
 """
 import argparse
@@ -16,8 +17,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-from compare.call_cost import gluon_empty_kernels, triton_add_one  # noqa: E402
+from gluon_kernels.launch_cost import takes_a_descriptor, takes_a_pointer  # noqa: E402
 from gluon_kernels.matmul import descriptor  # noqa: E402
+from triton_kernels.launch_cost import add_one  # noqa: E402
 
 
 def main():
@@ -26,10 +28,8 @@ def main():
     launches = parser.parse_args().launches
     tile = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     made_once = descriptor(tile, [64, 64])
-    triton_add = triton_add_one()
-    takes_a_pointer, takes_a_descriptor = gluon_empty_kernels()
     kernels = {
-        "triton add-one": lambda: triton_add(tile),
+        "triton add-one": lambda: add_one(tile),
         "gluon, a pointer": lambda: takes_a_pointer[(1,)](tile),
         "gluon, a descriptor made once": lambda: takes_a_descriptor[(1,)](made_once),
     }

@@ -1,7 +1,7 @@
 """Where the compiler puts CTA barriers in the Gluon matmul kernel at 128 x 256 tiles (3000 x 5120 x 2880), with the
 port's `cta_barrier` in `store_tile` and without it (the copies of ragged_fix_ab.py): the PTX's barriers, TMA
 copies, wgmma waits and shared stores from the K loop's end to the output tile's store, compiled for sm_90 by the
-installed Triton through `compare.hopper_compile.compile_launches` (no GPU needed).
+installed Triton through `compare.tools.hopper_compile.compile_launches` (no GPU needed).
 
     PYTHONPATH=. python results/h200/experiments/gluon-matmul/barrier_ptx.py   (TRITON_INTERPRET unset)
 """
@@ -10,7 +10,7 @@ import re
 import torch
 import triton
 
-from compare.hopper_compile import compile_launches
+from compare.tools.hopper_compile import compile_launches
 from ragged_fix_ab import SOURCE, UNFENCED, load  # this script's folder is on sys.path
 
 SHOWN = re.compile(r"bar\.sync|cp\.async\.bulk\.tensor|wgmma\.wait_group|stmatrix|st\.shared|crit_edge")
