@@ -461,7 +461,8 @@ def run(workload: Workload, impl_names: list[str], case_sets: list[str], json_pa
                 recorder.save()
                 progress(textwrap.fill(recorder.record["stopped"], PROGRESS_COLUMNS, subsequent_indent="    "))
                 break
-            if impl.ported and result.passed:  # on the host: on the GPU, they took 12 GiB at TriMul's largest case
+            # kept on the host: on the GPU every port's output of a case would hold its memory until the case ends
+            if impl.ported and result.passed:
                 ported[impl.name] = (tuple(part.cpu() for part in first) if isinstance(first, (tuple, list))
                                      else first.cpu())
             timing = f" {result.median_ms:.3f} ms" if result.median_ms is not None else ""
