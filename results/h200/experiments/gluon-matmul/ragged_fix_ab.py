@@ -1,5 +1,5 @@
 """The Gluon matmul's failure at 128 x 256 tiles where K's steps are not a multiple of the ring's stages
-(ragged_failure.py, forty-sixth session; removed, `git show b2d8018dc320:results/h200/experiments/gluon-matmul/
+(ragged_failure.py, removed: `git show b2d8018dc320:results/h200/experiments/gluon-matmul/
 ragged_failure.py`), and its fix: the module as it is (a CTA barrier before the output tile's shared memory is
 written, `store_tile`), against copies of it without that barrier, and without it with 3 stages for 128 x 256
 tiles (the ring and the output tile then fit side by side). Each shape's relative Frobenius error against a float32
