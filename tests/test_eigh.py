@@ -5,6 +5,7 @@ check fails wrong answers) and run the ports whole on every family: on-chip Jaco
 n > 64 path at n = 70 and 96 on CPU, where the interpreters are slow (GPU MODE's 39 test cases on
 CUDA). The ports' stages one at a time: tests/test_eigh_stages.py.
 """
+import dataclasses
 import functools
 import json
 import importlib
@@ -91,17 +92,17 @@ BAD_INPUTS = [
     (_symmetric_with(float("inf")), "NaN or Inf"),
     (_symmetric_with(-float("inf")), "NaN or Inf"),
     (torch.triu(torch.ones(1, 4, 4)), "not symmetric"),
-    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI_MAX_N the ports check in the symmetrize
+    (_symmetric_with(float("nan"), 72), "NaN or Inf"),  # above JACOBI.max_n the ports check in the symmetrize
     (_symmetric_with(float("inf"), 72), "NaN or Inf"),  # kernel, below in the Jacobi's
     (_asymmetric(72), "not symmetric"),
 ]
 
 
 @pytest.mark.parametrize("impl, bad, message", [
-    # above JACOBI_MAX_N the Triton port reads its checks after its last kernel, a minute in the interpreter: there
+    # above JACOBI.max_n the Triton port reads its checks after its last kernel, a minute in the interpreter: there
     # its symmetrize kernel's counts of NaN, Inf and asymmetry are checked alone
     # (test_first_kernel_counts_and_zeroes_entries_...), and the raising from them at n = 4 here
-    pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > common.JACOBI_MAX_N else ())
+    pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > common.JACOBI.max_n else ())
     for impl in (registered.name for registered in spec.WORKLOAD.implementations)
     for bad, message in BAD_INPUTS])
 def test_bad_input_is_named(impl, bad, message):
@@ -169,7 +170,9 @@ def test_port_above_64_passes_every_identity(port, family, n):
 def test_port_with_split_gram_schmidt_passes_every_identity(port, family, monkeypatch):
     # the split Gram-Schmidt is for n >= 512, too slow to interpret: lower the threshold
     # (n = 72 is traced for this test alone, so the Pallas port's jit cache holds no unsplit version)
-    monkeypatch.setattr(common, "SPLIT_GRAM_SCHMIDT_N", 72)
+    package = spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0]
+    gram_schmidt = importlib.import_module(f"{package}.gram_schmidt")  # the port's stage, which reads GRAM_SCHMIDT
+    monkeypatch.setattr(gram_schmidt, "GRAM_SCHMIDT", dataclasses.replace(common.GRAM_SCHMIDT, split_n=72))
     a = spec.make_inputs(spec._case(2, 72, 2, 72, family), 72, DEVICE)
     verdict = spec.check(a, ports.custom_kernel("eigh", port)(a), spec.reference(a))
     assert verdict.passed, verdict.reason
@@ -243,7 +246,7 @@ def test_port_on_gpu_test_cases(port, case):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the other tests compile and run the kernels themselves")
-@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512), (common.ONE_LAUNCH_BATCH, 512)],
+@pytest.mark.parametrize("batch, n", [(2, 32), (2, 70), (2, 512), (common.TRIDIAGONAL.one_launch_batch, 512)],
                          ids=["jacobi", "one-launch", "over-launches", "many-matrices"])
 def test_pallas_port_lowers_for_cuda(batch, n):
     # Without a GPU the kernels run in the interpreter, which skips the lowering to Triton IR; some
@@ -256,9 +259,9 @@ def test_pallas_port_lowers_for_cuda(batch, n):
     if n <= 64:
         assert kernels == ["jacobi_eigh"]
         return
-    reduction = ({"eigh_tridiagonalize_blocked"} if common.one_launch(batch, n) else
+    reduction = ({"eigh_tridiagonalize_blocked"} if common.TRIDIAGONAL.one_launch(batch, n) else
                  {"eigh_panel_column", "eigh_panel_product", "eigh_panel_update"})
-    projection = ({"eigh_orthonormalize"} if not common.split_gram_schmidt(n) else
+    projection = ({"eigh_orthonormalize"} if not common.GRAM_SCHMIDT.split(n) else
                   {"eigh_orthonormalize_project", "eigh_orthonormalize_finish"})
     assert (kernels[0], kernels[-1]) == ("eigh_symmetrize", "eigh_back_transform")
     assert set(kernels) == {"eigh_symmetrize", *reduction, "eigh_bisect", "eigh_inverse_iteration", *projection,
@@ -300,11 +303,12 @@ def test_triton_graph_replay_computes_every_call():
     triton_eigh = importlib.import_module("triton_kernels.eigh")
     for n, seed in ((1000, 1), (1000, 2), (100, 3), (100, 4), (32, 5), (32, 6)):
         a = spec.make_inputs(spec._case(3, n, 2, seed), seed, DEVICE)
-        assert not common.shares_the_sms(3) and common.one_launch(3, n) == (n < common.ONE_LAUNCH_N)
+        tridiagonal = common.TRIDIAGONAL
+        assert not tridiagonal.shares_the_sms(3) and tridiagonal.one_launch(3, n) == (n < tridiagonal.one_launch_n)
         q, values = triton_eigh.eigh(a)
         verdict = spec.check(a, (q, values), spec.reference(a))
         assert verdict.passed, verdict.reason
-        path = triton_eigh._tridiagonal if n > common.JACOBI_MAX_N else triton_eigh._jacobi
+        path = triton_eigh._tridiagonal if n > common.JACOBI.max_n else triton_eigh._jacobi
         eager_q, eager_values, _ = path(a)
         assert torch.equal(q, eager_q) and torch.equal(values, eager_values)
         a[1, 3, 3] = float("nan")

@@ -4,6 +4,7 @@ input's checks in the first kernel, bisection, inverse iteration through swapped
 clusters' Gram-Schmidt, the repair of spoiled vectors, the back-transformation, divide and conquer for T (the Triton
 port's candidate), the heuristics and register caps, and a stage varied as a copy of its port's package.
 """
+import dataclasses
 import importlib
 import pathlib
 
@@ -26,6 +27,14 @@ def stage_module(port: str, stage: str):
     return importlib.import_module(f'{spec.WORKLOAD.implementation(port).target.rsplit(":", 1)[0]}.{stage}')
 
 
+def retune(monkeypatch, stage: str, modules, **fields):
+    """The instance `stage` of kernel_support.eigh_common (`TRIDIAGONAL`, `GRAM_SCHMIDT`, ...) replaced, in each of
+    `modules` that reads it, by a copy with `fields` changed."""
+    tuned = dataclasses.replace(getattr(common, stage), **fields)
+    for module in modules:
+        monkeypatch.setattr(module, stage, tuned)
+
+
 def tridiagonal(d, e):
     """T [batch, n, n] in float64 from its diagonal d and off-diagonal e [batch, n] (e's last entry unused)."""
     off = e[:, :-1].double()
@@ -44,12 +53,12 @@ def port_stage(port, stage, name):
 
 @pytest.mark.parametrize("port", PORTS)
 def test_on_chip_jacobi_stops_at_eps(port):
-    # Sweeps stop once every off-diagonal element is below eps, well before JACOBI_MAX_SWEEPS. Before each round set
+    # Sweeps stop once every off-diagonal element is below eps, well before JACOBI.max_sweeps. Before each round set
     # its pairs' A[p, q] to zero, their rounding remnants of 1 to 4 eps kept dense matrices sweeping to the cap.
     a = spec.make_inputs(spec._case(4, 32, 0, 91, "dense"), 91, DEVICE)
     a[2:] = spec.make_inputs(spec._case(2, 32, 0, 92, "clustered"), 92, DEVICE)
     _, _, sweeps, _ = port_stage(port, "jacobi", "on_chip")(a)
-    assert int(sweeps[:2].max()) <= 8 and int(sweeps.max()) < common.JACOBI_MAX_SWEEPS, sweeps.flatten().tolist()
+    assert int(sweeps[:2].max()) <= 8 and int(sweeps.max()) < common.JACOBI.max_sweeps, sweeps.flatten().tolist()
 
 
 @pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "over-launches"])
@@ -61,13 +70,15 @@ def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch
 
 @pytest.mark.parametrize("port", PORTS)
 def test_one_launch_tile_for_many_matrices(port, monkeypatch):
-    # From ONE_LAUNCH_BATCH matrices on, the one-launch kernel sweeps MANY_TRIDIAGONAL_ROWS rows at a time (and the
-    # Pallas port's product takes its row sweep: `shares_the_sms`; the Triton port's product loop is pipelined, which
-    # the interpreter runs as a plain loop: the GPU's test sets and the sm_90 compile below check that form).
-    monkeypatch.setattr(common, "ONE_LAUNCH_BATCH", 2)
-    assert common.tridiagonal_tile(2) == (common.MANY_TRIDIAGONAL_ROWS, common.MANY_TRIDIAGONAL_WARPS)
-    assert common.MANY_TRIDIAGONAL_ROWS != common.TRIDIAGONAL_ROWS
-    assert common.product_stages(2) == common.MANY_TRIDIAGONAL_PRODUCT_STAGES > 1 == common.product_stages(1)
+    # From TRIDIAGONAL.one_launch_batch matrices on, the one-launch kernel sweeps TRIDIAGONAL.many_rows rows at a time
+    # (and the Pallas port's product takes its row sweep: `shares_the_sms`; the Triton port's product loop is
+    # pipelined, which the interpreter runs as a plain loop: the GPU's test sets and the sm_90 compile below check that
+    # form).
+    retune(monkeypatch, "TRIDIAGONAL", (common, stage_module(port, "tridiagonal")), one_launch_batch=2)
+    tridiagonal = common.TRIDIAGONAL
+    assert tridiagonal.tile(2) == (tridiagonal.many_rows, tridiagonal.many_warps)
+    assert tridiagonal.many_rows != tridiagonal.rows
+    assert tridiagonal.product_stages(2) == tridiagonal.many_product_stages > 1 == tridiagonal.product_stages(1)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
 
@@ -85,9 +96,9 @@ def test_one_launch_product_in_small_tiles(port, monkeypatch):
     # tiles, and most columns start inside a block. Its parts buffer holds entries no column writes: poisoned, so
     # reading one fails.
     kernels = stage_module(port, "tridiagonal")
-    for name, value in {"SYMMETRIC_PRODUCT_WARP_ROWS": 2, "SYMMETRIC_PRODUCT_COLS": 16}.items():
-        assert getattr(kernels, name) != value
-        monkeypatch.setattr(kernels, name, value)
+    settings = {"product_warp_rows": 2, "product_cols": 16}
+    assert all(getattr(kernels.TRIDIAGONAL, name) != value for name, value in settings.items())
+    retune(monkeypatch, "TRIDIAGONAL", (kernels,), **settings)
     poison_triton_buffers(port, kernels, monkeypatch)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
@@ -97,26 +108,22 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
     # Over launches each product program walks several row tiles of the lower triangle, each in column blocks up to
     # its diagonal, and adds every block's column sums to its one share: with 4 x 16 tiles and at most 3 programs,
     # n = 70 gives row tiles of up to 5 blocks, 6 a program, and the column kernel adds the 3 shares 2 at a time
-    # (TILE / 128 rows). Poisoned buffers: a share read before it is zeroed fails.
+    # (symmetrize_tile / 128 rows: the ports' row blocks, `row_blocks`). Poisoned buffers: a share read before it is
+    # zeroed fails.
     kernels = stage_module(port, "tridiagonal")
-    monkeypatch.setattr(common, "TILE", 256)  # the ports' row blocks (`row_blocks`)
-    for module in (common, kernels):
-        monkeypatch.setattr(module, "OVER_LAUNCHES_PRODUCT_ROWS", 4)
-    for module in (common, kernels) if port == "triton" else (common,):
-        monkeypatch.setattr(module, "PRODUCT_PROGRAMS", 3)
-    monkeypatch.setattr(kernels, "OVER_LAUNCHES_PRODUCT_BLOCKS", 8)
-    assert common.product_programs(69) == 3
+    retune(monkeypatch, "TRIDIAGONAL", (common, kernels), symmetrize_tile=256, over_launches_product_rows=4,
+           max_product_programs=3, over_launches_product_blocks=8)
+    assert kernels.TRIDIAGONAL.product_programs(69) == 3
     poison_triton_buffers(port, kernels, monkeypatch)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 
 @pytest.mark.parametrize("port", PORTS)
 def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
-    # Over launches the column kernel reads V and W PANEL_CHUNK members at a time only from a padded 2048; here
-    # (a padded 128) it does so too, as the one-launch kernel always does.
-    kernels = stage_module(port, "tridiagonal")
-    monkeypatch.setattr(kernels, "column_panel_chunk", lambda block_n: common.PANEL_CHUNK)
-    assert common.PANEL_CHUNK < common.TRIDIAGONAL_PANEL
+    # Over launches the column kernel reads V and W TRIDIAGONAL.panel_chunk members at a time only from a padded
+    # 2048; here (a padded 128) it does so too, as the one-launch kernel always does.
+    monkeypatch.setattr(common.Tridiagonal, "column_panel_chunk", lambda self, block_n: self.panel_chunk)
+    assert common.TRIDIAGONAL.panel_chunk < common.TRIDIAGONAL.panel
     assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
 
 
@@ -127,10 +134,8 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
     # programs a matrix (the last partial); with 32-column chunks a panel's first chunk also holds columns before
     # its first reflector, which the update must leave alone.
     kernels = stage_module(port, "back_transform")
-    settings = {"BACK_TRANSFORM_REFLECTORS": reflectors, "BACK_TRANSFORM_CHUNK": chunk, "BACK_TRANSFORM_VECTORS": 32}
-    assert kernels.BACK_TRANSFORM_REFLECTORS != reflectors and kernels.BACK_TRANSFORM_VECTORS != 32
-    for name, value in settings.items():
-        monkeypatch.setattr(kernels, name, value)
+    assert kernels.BACK_TRANSFORM.reflectors != reflectors and kernels.BACK_TRANSFORM.vectors != 32
+    retune(monkeypatch, "BACK_TRANSFORM", (kernels,), reflectors=reflectors, chunk=chunk, vectors=32)
     assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
 
 
@@ -188,7 +193,7 @@ def test_inverse_iteration_through_swapped_rows(port, monkeypatch):
 
 @pytest.mark.parametrize("port", PORTS)
 def test_bisection_finds_tridiagonal_eigenvalues_to_eps(port):
-    # A multisection pass, then halvings until every bracket is as narrow as BISECTION_ITERATIONS halvings leave it:
+    # A multisection pass, then halvings until every bracket is as narrow as BISECTION.iterations halvings leave it:
     # T's eigenvalues within eps ||T||, far inside the eigenvalue gate's n eps (stopped 4 halvings early, it fails).
     # n = 70: the last warp has unused lanes. Spectra dense, in one tight cluster (at 0.01, with one eigenvalue at 1
     # setting ||T||, so that float32's spacing there is far below eps ||T||), and in two groups far apart.
@@ -220,8 +225,8 @@ def test_vectors_of_a_long_chained_cluster(port):
     # T from the H200 (a 640x512 mixed matrix, tridiagonalised with fused sums): its 358 smallest eigenvalues chain
     # into one cluster, 78 of whose gaps are below 10 eps ||T||. With shift groups of 10 eps ||T||, the last
     # Gram-Schmidt carried the groups' mixed vectors down the chain: residuals of about 2200 eps ||T|| in both ports
-    # (interpreters); with GROUP_GAP = 5, 31. Sound vectors stay below about 100; orthogonality within 10 n eps (the
-    # check's gate is 100). A few minutes in the Triton interpreter.
+    # (interpreters); with INVERSE_ITERATION.group_gap = 5, 31. Sound vectors stay below about 100; orthogonality
+    # within 10 n eps (the check's gate is 100). A few minutes in the Triton interpreter.
     data = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_chained_cluster.pt")
     d, e = data["d"][None].to(DEVICE), data["e"][None].to(DEVICE)
     values, norm, _ = port_stage(port, "bisection", "eigenvalues")(d, e, torch.ones(1, device=DEVICE))
@@ -318,7 +323,7 @@ WIDE_SHIFT_GROUPS = torch.load(pathlib.Path(__file__).parent / "data" / "eigh_wi
 def test_vectors_of_a_wide_shift_group(port, index):
     # T's of 16x512 psd matrices and their eigenvalues, from the H200 (named by seed, matrix and the port that made
     # them). The smallest 29 to 37 eigenvalues chain into one shift group 37 to 64 eps ||T|| wide: a run near zero (gaps
-    # below 1 eps ||T||), then a sparse stretch. With one shift for the whole group (the rule before SPARSE_GROUP_GAP)
+    # below 1 eps ||T||), then a sparse stretch. With one shift for the whole group (the rule before sparse_group_gap)
     # the first two failed on the H200 (orthogonality 115 and 685, gate 100); with each member of such a group its own
     # shift the third did (107). Pallas interpreter, worst vector residual in eps ||T|| and orthogonality in n eps:
     # one shift 552 and 23.9, 5916 and 314, 29.9 and 0.19; the ports' rule 1.9 and 0.19, 2.3 and 0.13, 1.4 and 0.20.
@@ -333,13 +338,13 @@ def test_vectors_of_a_wide_shift_group(port, index):
 @pytest.mark.parametrize("port", PORTS)
 def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolled, monkeypatch):
     # split: 16 earlier members a projection program, so that the third cluster's last panel sums two shares;
-    # loop: the within-panel steps as a loop, as where programs share the SMs (`gram_schmidt_unrolled`)
-    monkeypatch.setattr(common, "GRAM_SCHMIDT_EARLIER", 16)
-    monkeypatch.setattr(common, "ONE_LAUNCH_BATCH", 2 if unrolled else 1)
-    assert common.gram_schmidt_unrolled(1) == unrolled
+    # loop: the within-panel steps as a loop, as where programs share the SMs (`GramSchmidt.unrolled`)
+    retune(monkeypatch, "GRAM_SCHMIDT", (stage_module(port, "gram_schmidt"),), earlier=16)
+    retune(monkeypatch, "TRIDIAGONAL", (common,), one_launch_batch=2 if unrolled else 1)
+    assert common.GRAM_SCHMIDT.unrolled(1) == unrolled
     n = 70
     basis = torch.linalg.qr(torch.randn((n, n), generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0].T
-    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at CLUSTER_GAP max|values| (< 1)
+    values = torch.arange(n, dtype=torch.float64) / n  # gaps of 1 / n: apart at cluster_gap max|values| (< 1)
     vectors = basis.clone()
     # the second starts before a panel boundary and crosses it; the third spans three panels (20 earlier
     # members for its last panel)
@@ -354,7 +359,8 @@ def test_cluster_orthonormalisation_keeps_each_cluster_span(port, split, unrolle
                           + 1e-3 * basis[cluster[0]:j].sum(dim=0))
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
     z = port_stage(port, "gram_schmidt", "orthonormalize")(z, values.float()[None].to(DEVICE).contiguous(),
-                                                           torch.ones(1, device=DEVICE), common.CLUSTER_GAP, split)
+                                                           torch.ones(1, device=DEVICE),
+                                                           common.INVERSE_ITERATION.cluster_gap, split)
     z = z[0].double().cpu()
     # float32 rounding, amplified by the cancellation (about eps / 1e-2; a share left out gives 0.7)
     assert float((z @ z.T - torch.eye(n, dtype=torch.float64)).abs().max()) < 3e-5
@@ -383,7 +389,7 @@ def test_gram_schmidt_leaves_panels_without_clusters(port, split):
     z = (3.0 * vectors).float()[None].to(DEVICE).contiguous()
     orthonormalize = port_stage(port, "gram_schmidt", "orthonormalize")
     out = orthonormalize(z.clone(), values.float()[None].to(DEVICE).contiguous(), torch.ones(1, device=DEVICE),
-                         common.CLUSTER_GAP, split)
+                         common.INVERSE_ITERATION.cluster_gap, split)
     untouched = [j for j in range(n) if not 16 <= j < 64]
     assert torch.equal(out[0, untouched], z[0, untouched])
     done = out[0].double().cpu()
@@ -431,13 +437,14 @@ def test_repair_restores_vectors_spoiled_along_far_clusters(port):
             assert float(outside.norm()) < 1e-5  # 1.4e-3 before
     expected = (out @ t - out * values.float().double()[..., None]).norm(dim=-1)
     assert torch.allclose(residual, expected, rtol=1e-3, atol=10 * spec.EPS * float(norm.max()))
-    assert bool((residual < common.REPAIR_RESIDUAL * spec.EPS * norm[:, None]).all())
+    assert bool((residual < common.INVERSE_ITERATION.repair_residual * spec.EPS * norm[:, None]).all())
 
 
 def test_one_launch_tridiagonalisation_only_where_its_panels_fit_in_shared_memory():
     # one launch for many matrices or small n; never above a padded n of 1024 (its products' panels: 256 KB at 2048)
-    assert common.one_launch(640, 512) and common.one_launch(40, 176) and common.one_launch(256, 1024)
-    assert not common.one_launch(60, 1024) and not common.one_launch(256, 1025) and not common.one_launch(300, 2048)
+    one_launch = common.TRIDIAGONAL.one_launch
+    assert one_launch(640, 512) and one_launch(40, 176) and one_launch(256, 1024)
+    assert not one_launch(60, 1024) and not one_launch(256, 1025) and not one_launch(300, 2048)
 
 
 def test_triton_register_caps_only_where_programs_queue(monkeypatch):
@@ -454,8 +461,8 @@ def test_triton_register_caps_only_where_programs_queue(monkeypatch):
     assert gram_schmidt._project_register_cap(640 * 8, 512, cuda) == 168  # 3 an SM
     assert gram_schmidt._project_register_cap(16 * 8, 512, cuda) is None
     assert gram_schmidt._project_register_cap(60 * 16, 1024, cuda) is None
-    assert tridiagonal._tridiagonal_register_cap(640, common.MANY_TRIDIAGONAL_WARPS, 512, cuda) == 168  # 6 an SM
-    assert tridiagonal._tridiagonal_register_cap(4 * 132, common.MANY_TRIDIAGONAL_WARPS, 512, cuda) is None
+    assert tridiagonal._tridiagonal_register_cap(640, common.TRIDIAGONAL.many_warps, 512, cuda) == 168  # 6 an SM
+    assert tridiagonal._tridiagonal_register_cap(4 * 132, common.TRIDIAGONAL.many_warps, 512, cuda) is None
     assert gram_schmidt._two_programs_an_sm(640, 8, cuda) == 128
     assert gram_schmidt._two_programs_an_sm(640, 16, cuda) is None  # 64 registers: too few
     assert gram_schmidt._two_programs_an_sm(132, 8, cuda) is None

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from ports import to_torch
 from ports.eigh import check_shape, check_values
-from kernel_support.eigh_common import JACOBI_MAX_N, check_offsets, jacobi_size
+from kernel_support.eigh_common import JACOBI, check_offsets
 from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 
 # T's eigenpairs: "inverse_iteration" or "divide_conquer" (the candidate of issue 55, as in the Triton port; the
@@ -42,7 +42,7 @@ def _tridiagonal(a, *, interpret):
 def _jacobi(a, *, interpret):
     """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
     batch, n, _ = a.shape
-    size = jacobi_size(n)
+    size = JACOBI.size(n)
     check_offsets(batch, size, jacobi.JACOBI_EXCHANGE_SLOTS)
     padded = jnp.pad(a, ((0, 0), (0, size - n), (0, size - n)))
     vectors, values, _, bounds = jacobi.on_chip(padded, interpret=interpret)
@@ -55,7 +55,7 @@ def _jacobi(a, *, interpret):
 @functools.partial(jax.jit, static_argnames=("interpret",))
 def _eigh(a, *, interpret):
     """(Q, L, the input's checks' bounds), the kernels of one path in one jitted call."""
-    return (_tridiagonal if a.shape[1] > JACOBI_MAX_N else _jacobi)(a, interpret=interpret)
+    return (_tridiagonal if a.shape[1] > JACOBI.max_n else _jacobi)(a, interpret=interpret)
 
 
 _reduce = jax.jit(tridiagonal.reduce, static_argnames=("interpret",))
@@ -80,7 +80,7 @@ def eigh(a):
     if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
     interpret = jax.default_backend() != "gpu"
-    if a.shape[1] > JACOBI_MAX_N and EIGENVECTORS == "divide_conquer":
+    if a.shape[1] > JACOBI.max_n and EIGENVECTORS == "divide_conquer":
         q, values, bounds = _divide_and_conquer(a, interpret=interpret)
     else:
         q, values, bounds = _eigh(a, interpret=interpret)

@@ -10,8 +10,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
+from kernel_support.eigh_common import BACK_TRANSFORM
 from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_matrix, window
 
 
@@ -56,10 +55,10 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
     Z^T -= ((Z^T V) T^T) V^T with K walked chunk columns at a time, one pass over the chunks a panel that
     also forms the next panel's Z^T V; Z^T's rows (the input, aliased) are updated in place through the
     output ref, and the first panel writes Q through a transposed index. The products run at
-    BACK_TRANSFORM_PRECISION (`DOT_ALGORITHMS`; the interpreter, which has no TF32 preset, runs float32)."""
+    `BACK_TRANSFORM.precision` (`DOT_ALGORITHMS`; the interpreter, which has no TF32 preset, runs float32)."""
     start_vector = pl.program_id(0) * vectors_per_program
     vectors = start_vector + jnp.arange(vectors_per_program)
-    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM_PRECISION]
+    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM.precision]
     panels = pl.cdiv(n, reflectors)
 
     def dot(a, b):
@@ -114,27 +113,27 @@ def _back_transform_kernel(w_ref, t_ref, _, z_ref, q_ref, *, n, vectors_per_prog
 def apply(w, tau, z, *, interpret):
     """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns (w's and z's buffers are overwritten)."""
     batch, n, _ = z.shape
-    panels = pl.cdiv(n, BACK_TRANSFORM_REFLECTORS)
+    reflectors, chunk, warps = BACK_TRANSFORM.reflectors, BACK_TRANSFORM.chunk, BACK_TRANSFORM.warps
+    panels = pl.cdiv(n, reflectors)
     matrix = per_matrix(n, n)
-    factors = pl.BlockSpec((None, None, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
-                           lambda b, panel: (b, panel, 0, 0))
+    factors = pl.BlockSpec((None, None, reflectors, reflectors), lambda b, panel: (b, panel, 0, 0))
     w, t = pl.pallas_call(
-        functools.partial(_compact_wy_kernel, n=n, reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK),
-        out_shape=(f32((batch, n, n)), f32((batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS))),
+        functools.partial(_compact_wy_kernel, n=n, reflectors=reflectors, chunk=chunk),
+        out_shape=(f32((batch, n, n)), f32((batch, panels, reflectors, reflectors))),
         grid=(batch, panels), in_specs=[per_matrix(n), matrix], out_specs=(matrix, factors),
-        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS),
+        input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=warps),
         interpret=interpret,
         name="eigh_compact_wy",
     )(tau, w)
     by_matrix = pl.BlockSpec((None, n, n), lambda block, b: (b, 0, 0))  # grid (block, b): see the kernel
     return pl.pallas_call(
-        functools.partial(_back_transform_kernel, n=n, vectors_per_program=BACK_TRANSFORM_VECTORS,
-                          reflectors=BACK_TRANSFORM_REFLECTORS, chunk=BACK_TRANSFORM_CHUNK, interpret=interpret),
-        out_shape=(f32((batch, n, n)), f32((batch, n, n))), grid=(pl.cdiv(n, BACK_TRANSFORM_VECTORS), batch),
-        in_specs=[by_matrix, pl.BlockSpec((None, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS),
-                                          lambda block, b: (b, 0, 0, 0)), by_matrix],
+        functools.partial(_back_transform_kernel, n=n, vectors_per_program=BACK_TRANSFORM.vectors,
+                          reflectors=reflectors, chunk=chunk, interpret=interpret),
+        out_shape=(f32((batch, n, n)), f32((batch, n, n))), grid=(pl.cdiv(n, BACK_TRANSFORM.vectors), batch),
+        in_specs=[by_matrix, pl.BlockSpec((None, panels, reflectors, reflectors), lambda block, b: (b, 0, 0, 0)),
+                  by_matrix],
         out_specs=(by_matrix, by_matrix), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=BACK_TRANSFORM_WARPS, num_stages=BACK_TRANSFORM_STAGES),
+        compiler_params=pltriton.CompilerParams(num_warps=warps, num_stages=BACK_TRANSFORM_STAGES),
         interpret=interpret,
         name="eigh_back_transform",
     )(w, t, z)[1]

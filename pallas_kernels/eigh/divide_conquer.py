@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import BACK_TRANSFORM_PRECISION, SECULAR_STEPS, merge_levels, merge_tiling
+from kernel_support.eigh_common import BACK_TRANSFORM, DIVIDE_CONQUER, merge_levels
 from .common import DOT_ALGORITHMS, EPS, barrier, masked_load, per_matrix
 
 I32, F64 = jnp.int32, jnp.float64
@@ -341,7 +341,7 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
     """One level of merges (every merge of every matrix in one launch a kernel): (q as read, with the deflation's
     rotations; the next q, written into the buffer q_next as `merge_levels` says; the next eigenvalues)."""
     batch, n = values.shape
-    merge = merge_tiling(block)
+    merge = DIVIDE_CONQUER.tiling(block)
     merge_table, matrix, vector = _whole((3 * count,)), per_matrix(n, n), per_matrix(n)
     shape = functools.partial(jax.ShapeDtypeStruct, (batch, count, block))
     scalar = functools.partial(jax.ShapeDtypeStruct, (batch, count))
@@ -361,7 +361,7 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
     roots = (batch, count, -(-block // merge.lanes))
     params = pltriton.CompilerParams(num_warps=4)
     origin, taus = pl.pallas_call(
-        functools.partial(_secular_kernel, roots=merge.lanes, chunk=merge.chunk, steps=SECULAR_STEPS),
+        functools.partial(_secular_kernel, roots=merge.lanes, chunk=merge.chunk, steps=DIVIDE_CONQUER.secular_steps),
         out_shape=(shape(I32), shape(F64)), grid=roots, in_specs=[one, one, two, two], out_specs=(one, one),
         compiler_params=params, interpret=interpret, name="eigh_dc_secular",
     )(cd, cz, counts, rhos)
@@ -390,7 +390,7 @@ def _level(q, q_next, values, e, merges, count, block, *, interpret):
         return p // tiles
 
     tiled = _per_merge(block, merges_of=merge_of)
-    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM_PRECISION]
+    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[BACK_TRANSFORM.precision]
     q_next = pl.pallas_call(
         functools.partial(_product_kernel, tiles=tiles, tile=merge.tile, tile_k=merge.tile_k, precision=precision),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(batch, count * tiles, tiles),

@@ -10,9 +10,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP,
-                                        PANEL, SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares,
-                                        gram_schmidt_unrolled, split_gram_schmidt, vector_panel_warps)
+from kernel_support.eigh_common import GRAM_SCHMIDT, INVERSE_ITERATION
 from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, masked_load, per_matrix, window
 
 
@@ -28,32 +26,33 @@ def _panel_needs_work(continued, inside, cluster, first_cluster):
 
 
 def _tolerance(values_ref, norm, cluster_gap, n):
-    """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least GROUP_GAP eps ||T||."""
+    """Gaps up to this chain eigenvalues into one cluster: cluster_gap ||T||_2, at least
+    `INVERSE_ITERATION.group_gap` eps ||T||."""
     return jnp.maximum(cluster_gap * jnp.maximum(jnp.abs(values_ref[0]), jnp.abs(values_ref[n - 1])),
-                       GROUP_GAP * EPS * norm)  # values ascend
+                       INVERSE_ITERATION.group_gap * EPS * norm)  # values ascend
 
 
 def _panel_clusters(values_ref, panel, start, tolerance, *, n):
     """As the Triton port's `_panel_clusters`: (members, inside, cluster numbers within the panel,
     the first member's cluster, whether it continues from earlier panels, where it starts, where
     the next panel's first cluster starts at the latest)."""
-    local = jnp.arange(PANEL)
-    members = panel * PANEL + local
+    local = jnp.arange(GRAM_SCHMIDT.panel)
+    members = panel * GRAM_SCHMIDT.panel + local
     inside = members < n
     gaps = masked_load(values_ref.at[members], inside) - masked_load(values_ref.at[members - 1], inside & (members > 0))
     breaks = inside & ((members == 0) | (gaps > tolerance))
     start = jnp.maximum(start, jnp.max(jnp.where(breaks & (local == 0), members, 0)))
-    # clusters numbered within the panel: the breaks up to each member (a PANEL x PANEL sum; the
-    # Triton port uses tl.cumsum)
+    # clusters numbered within the panel: the breaks up to each member (a panel x panel sum; the Triton port uses
+    # tl.cumsum)
     cluster = jnp.sum(jnp.where(local[None, :] <= local[:, None], breaks[None, :], False).astype(jnp.int32), axis=1)
     cluster = jnp.where(inside, cluster, -1)
     first_cluster = jnp.sum(jnp.where(local == 0, cluster, 0))
     next_start = jnp.maximum(start, jnp.max(jnp.where(breaks, members, 0)))
-    return members, inside, cluster, first_cluster, panel * PANEL > start, start, next_start
+    return members, inside, cluster, first_cluster, panel * GRAM_SCHMIDT.panel > start, start, next_start
 
 
 def _panel_rows(x_ref, panel, block_n):
-    return x_ref.at[window(panel * PANEL, PANEL), window(0, block_n)]
+    return x_ref.at[window(panel * GRAM_SCHMIDT.panel, GRAM_SCHMIDT.panel), window(0, block_n)]
 
 
 def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
@@ -63,8 +62,9 @@ def _load_panel(x_ref, panel, inside, *, n, block_n, normalise):
 
 
 def _projected_out(block, x_ref, first, end, chosen, *, n, block_n):
-    """As the Triton port's `_projected_out`: block with its chosen rows' components along the PANEL vectors from
-    first (those before end) taken out, one vector after another (modified Gram-Schmidt, row by row, in a loop)."""
+    """As the Triton port's `_projected_out`: block with its chosen rows' components along the
+    `GRAM_SCHMIDT.panel` vectors from first (those before end) taken out, one vector after another (modified
+    Gram-Schmidt, row by row, in a loop)."""
     valid = jnp.arange(block_n) < n
 
     def project_out(q, block):
@@ -72,16 +72,16 @@ def _projected_out(block, x_ref, first, end, chosen, *, n, block_n):
         return block - jnp.where(chosen[:, None], jnp.sum(block * vector[None, :], axis=1)[:, None] * vector[None, :],
                                  0.0)
 
-    return jax.lax.fori_loop(0, PANEL, project_out, block)
+    return jax.lax.fori_loop(0, GRAM_SCHMIDT.panel, project_out, block)
 
 
 def _within_clusters(block, cluster, first_cluster, continued, unrolled):
     """As the Triton port's `_within_clusters`: modified Gram-Schmidt of each cluster's members
     within the panel, normalising; a vector alone in its cluster is left as it is. Also each
     vector's norm before its normalisation (1 if untouched; a vector, as a scalar carried through
-    lax.cond fails this JAX's Triton lowering). unrolled: the PANEL steps as that many copies of their code, else
-    a jax.lax.fori_loop (`ports.eigh.gram_schmidt_unrolled`)."""
-    local = jnp.arange(PANEL)
+    lax.cond fails this JAX's Triton lowering). unrolled: the `GRAM_SCHMIDT.panel` steps as that many copies of their
+    code, else a jax.lax.fori_loop (`kernel_support.eigh_common.GramSchmidt.unrolled`)."""
+    local = jnp.arange(GRAM_SCHMIDT.panel)
 
     def within_cluster(i, own):
         def project(carry):
@@ -102,10 +102,10 @@ def _within_clusters(block, cluster, first_cluster, continued, unrolled):
         return jax.lax.cond((partners > 0) | (continued & (own == first_cluster)), within_cluster(i, own),
                             lambda carry: carry, carry)
 
-    carry = (block, jnp.ones((PANEL,), jnp.float32))
+    carry = (block, jnp.ones((GRAM_SCHMIDT.panel,), jnp.float32))
     if not unrolled:
-        return jax.lax.fori_loop(0, PANEL, step, carry)
-    for i in range(PANEL):
+        return jax.lax.fori_loop(0, GRAM_SCHMIDT.panel, step, carry)
+    for i in range(GRAM_SCHMIDT.panel):
         carry = step(i, carry)
     return carry
 
@@ -114,8 +114,8 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
                            interpret):
     """As the Triton port's `_orthonormalize_kernel`: program b makes its vectors orthonormal within
     clusters (eigenvalues each within cluster_gap ||T||_2 = cluster_gap max |eigenvalue| of the
-    previous, and always within GROUP_GAP eps ||T||), block Gram-Schmidt over panels of PANEL
-    vectors: the members of the panel's first vector's cluster against that cluster's earlier
+    previous, and always within `INVERSE_ITERATION.group_gap` eps ||T||), block Gram-Schmidt over panels of
+    `GRAM_SCHMIDT.panel` vectors: the members of the panel's first vector's cluster against that cluster's earlier
     members, row by row, then each cluster's members within the panel, modified Gram-Schmidt, and
     again where the first pass cancelled (a norm below second_pass_below); a panel whose members are
     each alone in their cluster within it, the first not continuing a cluster from earlier panels, is
@@ -123,19 +123,20 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
     and written through the output ref."""
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     valid = jnp.arange(block_n) < n
+    size = GRAM_SCHMIDT.panel
 
     def panel_step(panel, start):  # the cluster of the panel's first vector starts at `start`
         members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
             values_ref, panel, start, tolerance, n=n)
 
         def against_earlier(earlier_block, block):
-            return _projected_out(block, x_ref, start + earlier_block * PANEL, panel * PANEL, cluster == first_cluster,
+            return _projected_out(block, x_ref, start + earlier_block * size, panel * size, cluster == first_cluster,
                                   n=n, block_n=block_n)
 
         def gram_schmidt_pass(block):
             # counted from zero: a loop starting at `start` skipped its body on the GPU (Triton's pipelined
             # loads)
-            block = jax.lax.fori_loop(0, pl.cdiv(panel * PANEL - start, PANEL), against_earlier, block)
+            block = jax.lax.fori_loop(0, pl.cdiv(panel * size - start, size), against_earlier, block)
             return _within_clusters(block, cluster, first_cluster, continued, unrolled)
 
         def both_passes():
@@ -149,7 +150,7 @@ def _orthonormalize_kernel(values_ref, norm_ref, _, x_ref, *, n, block_n, cluste
         barrier(interpret)
         return next_start
 
-    jax.lax.fori_loop(0, pl.cdiv(n, PANEL), panel_step, jnp.int32(0))
+    jax.lax.fori_loop(0, pl.cdiv(n, size), panel_step, jnp.int32(0))
 
 
 def _panel_and_pass(step_ref):
@@ -164,7 +165,7 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
                                    cluster_gap, earlier, interpret):
     """As the Triton port's `_orthonormalize_project_kernel`: program (b, s) takes the s-th `earlier` earlier
     members E of the panel's first cluster and writes the panel block P's correction (P E^T) E into
-    partial_ref[s], GRAM_SCHMIDT_CHUNK columns a product step, at GRAM_SCHMIDT_PRECISION (the interpreter, which
+    partial_ref[s], `GRAM_SCHMIDT.chunk` columns a product step, at `GRAM_SCHMIDT.precision` (the interpreter, which
     has no TF32 preset, runs float32), only where the panel's first cluster continues from earlier panels, the
     share holds members and the pass runs (again_ref), which is where the finish reads it. step_ref: the step
     (`_panel_and_pass`)."""
@@ -172,13 +173,14 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
-    first, end = start + share * earlier, panel * PANEL
-    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[GRAM_SCHMIDT_PRECISION]
-    chunk = jnp.arange(GRAM_SCHMIDT_CHUNK)
+    size, width = GRAM_SCHMIDT.panel, GRAM_SCHMIDT.chunk
+    first, end = start + share * earlier, panel * size
+    precision = jax.lax.Precision.HIGHEST if interpret else DOT_ALGORITHMS[GRAM_SCHMIDT.precision]
+    chunk = jnp.arange(width)
     vectors = first + jnp.arange(earlier)
 
-    def columns_of(c):  # columns c * GRAM_SCHMIDT_CHUNK on
-        return c * GRAM_SCHMIDT_CHUNK + chunk
+    def columns_of(c):  # columns c * width on
+        return c * width + chunk
 
     def rows_at(rows, inside_rows, columns):  # x's rows at the columns, zero outside
         return masked_load(x_ref.at[rows[:, None], columns[None, :]], inside_rows[:, None] & (columns < n)[None, :])
@@ -192,9 +194,9 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
             product = jnp.dot(block, earlier_block.T, precision=precision, preferred_element_type=jnp.float32)
             return coefficients + product, squares + jnp.sum(block * block, axis=1)
 
-        steps = pl.cdiv(n, GRAM_SCHMIDT_CHUNK)
+        steps = pl.cdiv(n, width)
         coefficients, squares = jax.lax.fori_loop(
-            0, steps, coefficients_step, (jnp.zeros((PANEL, earlier), jnp.float32), jnp.zeros((PANEL,), jnp.float32)))
+            0, steps, coefficients_step, (jnp.zeros((size, earlier), jnp.float32), jnp.zeros((size,), jnp.float32)))
         # the first pass projects the normalised panel (`_load_panel`)
         coefficients = jnp.where(first_pass != 0, coefficients / jnp.maximum(jnp.sqrt(squares), 1e-30)[:, None],
                                  coefficients)
@@ -204,7 +206,7 @@ def _orthonormalize_project_kernel(step_ref, values_ref, norm_ref, start_ref, ag
             columns = columns_of(c)
             correction = jnp.dot(coefficients, rows_at(vectors, vectors < end, columns), precision=precision,
                                  preferred_element_type=jnp.float32)
-            pltriton.store(partial_ref.at[share, window(0, PANEL), window(c * GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_CHUNK)],
+            pltriton.store(partial_ref.at[share, window(0, size), window(c * width, width)],
                            correction, mask=(columns < n)[None, :])
 
 
@@ -221,14 +223,15 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
     tolerance = _tolerance(values_ref, norm_ref[...], cluster_gap, n)
     members, inside, cluster, first_cluster, continued, start, next_start = _panel_clusters(
         values_ref, panel, start_ref[...], tolerance, n=n)
+    size = GRAM_SCHMIDT.panel
 
     def add_share(share, correction):  # a loop, not unrolled: up to 64 shares at n = 4096
-        return correction + masked_load(partial_ref.at[share, window(0, PANEL), window(0, block_n)], valid[None, :])
+        return correction + masked_load(partial_ref.at[share, window(0, size), window(0, block_n)], valid[None, :])
 
     def gram_schmidt_pass():
         block = _load_panel(x_ref, panel, inside, n=n, block_n=block_n, normalise=first_pass != 0)
-        zero = jnp.zeros((PANEL, block_n), jnp.float32)
-        shares = pl.cdiv(panel * PANEL - start, earlier)  # those that hold members
+        zero = jnp.zeros((size, block_n), jnp.float32)
+        shares = pl.cdiv(panel * size - start, earlier)  # those that hold members
         correction = jax.lax.cond(continued, lambda: jax.lax.fori_loop(0, shares, add_share, zero), lambda: zero)
         block -= jnp.where(continued & (cluster == first_cluster)[:, None], correction, 0.0)
         block, lengths = _within_clusters(block, cluster, first_cluster, continued, unrolled)
@@ -237,41 +240,43 @@ def _orthonormalize_finish_kernel(step_ref, values_ref, norm_ref, partial_ref, _
 
     needed = jnp.where(first_pass != 0, _panel_needs_work(continued, inside, cluster, first_cluster),
                        again_ref[...] != 0)
-    lengths = jax.lax.cond(needed, gram_schmidt_pass, lambda: jnp.ones((PANEL,), jnp.float32))
+    lengths = jax.lax.cond(needed, gram_schmidt_pass, lambda: jnp.ones((size,), jnp.float32))
     cancelled = jnp.min(lengths) < second_pass_below
     again_ref[...] = jnp.where(first_pass != 0, cancelled.astype(jnp.int32), again_ref[...])
     start_ref[...] = jnp.where(first_pass == 0, next_start, start_ref[...])
 
 
 def orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
-    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm). Its rows come unit from `inverse_iteration.vectors`: a panel with no cluster in it or reaching into it is
-    left as it is. split: each panel's projections shared among many programs per matrix, two pallas_calls twice a
-    panel in a jax.lax.fori_loop (default: kernel_support.eigh_common.split_gram_schmidt); otherwise one program per
-    matrix."""
+    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or
+    `INVERSE_ITERATION.group_gap` eps norm). Its rows come unit from `inverse_iteration.vectors`: a panel with no
+    cluster in it or reaching into it is left as it is. split: each panel's projections shared among many programs
+    per matrix, two pallas_calls twice a panel in a jax.lax.fori_loop (default:
+    kernel_support.eigh_common.GramSchmidt.split); otherwise one program per matrix."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector, scalar, matrix = per_matrix(n), per_matrix(), per_matrix(n, n)
-    unrolled = gram_schmidt_unrolled(batch)
-    if not (split_gram_schmidt(n) if split is None else split):
+    unrolled = GRAM_SCHMIDT.unrolled(batch)
+    if not (GRAM_SCHMIDT.split(n) if split is None else split):
         return pl.pallas_call(
             functools.partial(_orthonormalize_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              second_pass_below=SECOND_PASS_BELOW, unrolled=unrolled, interpret=interpret),
+                              second_pass_below=GRAM_SCHMIDT.second_pass_below, unrolled=unrolled,
+                              interpret=interpret),
             out_shape=f32((batch, n, n)), grid=(batch,), in_specs=[vector, scalar, matrix], out_specs=matrix,
-            input_output_aliases={2: 0}, compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)),
+            input_output_aliases={2: 0},
+            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT.vector_panel_warps(block_n)),
             interpret=interpret, name="eigh_orthonormalize",
         )(values, norm, z)
-    panels = pl.cdiv(n, PANEL)
-    programs, earlier = gram_schmidt_shares(n)
-    partials = per_matrix(programs, PANEL, n)
+    panels = pl.cdiv(n, GRAM_SCHMIDT.panel)
+    programs, earlier = GRAM_SCHMIDT.shares(n)
+    partials = per_matrix(programs, GRAM_SCHMIDT.panel, n)
 
     def project(step, start, again, z):
         return pl.pallas_call(
             functools.partial(_orthonormalize_project_kernel, n=n, cluster_gap=cluster_gap, earlier=earlier,
                               interpret=interpret),
-            out_shape=f32((batch, programs, PANEL, n)), grid=(batch, programs),
+            out_shape=f32((batch, programs, GRAM_SCHMIDT.panel, n)), grid=(batch, programs),
             in_specs=[LOOP_INDEX, vector, scalar, scalar, scalar, matrix], out_specs=partials,
-            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT_WARPS,
+            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT.warps,
                                                     num_stages=GRAM_SCHMIDT_PROJECT_STAGES),
             interpret=interpret,
             name="eigh_orthonormalize_project",
@@ -281,11 +286,11 @@ def orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
         flag = jax.ShapeDtypeStruct((batch,), jnp.int32)
         return pl.pallas_call(
             functools.partial(_orthonormalize_finish_kernel, n=n, block_n=block_n, cluster_gap=cluster_gap,
-                              second_pass_below=SECOND_PASS_BELOW, earlier=earlier, unrolled=unrolled),
+                              second_pass_below=GRAM_SCHMIDT.second_pass_below, earlier=earlier, unrolled=unrolled),
             out_shape=(flag, flag, f32((batch, n, n))), grid=(batch,),
             in_specs=[LOOP_INDEX, vector, scalar, partials, scalar, scalar, matrix], out_specs=(scalar, scalar, matrix),
             input_output_aliases={4: 0, 5: 1, 6: 2},
-            compiler_params=pltriton.CompilerParams(num_warps=gram_schmidt_finish_warps(block_n)), interpret=interpret,
+            compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT.finish_warps(block_n)), interpret=interpret,
             name="eigh_orthonormalize_finish",
         )(step, values, norm, partial, start, again, z)
 

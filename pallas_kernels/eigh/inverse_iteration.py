@@ -1,7 +1,8 @@
 """The eigh Pallas port's inverse iteration (group shifts, splitting at negligible off-diagonals): T's
-eigenvectors, INVERSE_ITERATIONS rounds each followed by the clusters' Gram-Schmidt (`gram_schmidt`:
-EARLY_CLUSTER_GAP, CLUSTER_GAP in the last round), then the repair of vectors whose residual is above
-REPAIR_RESIDUAL eps ||T|| (the Triton port's `inverse_iteration`).
+eigenvectors, `INVERSE_ITERATION.rounds` rounds each followed by the clusters' Gram-Schmidt (`gram_schmidt`:
+`INVERSE_ITERATION.early_cluster_gap`, `INVERSE_ITERATION.cluster_gap` in the last round), then the repair of
+vectors whose residual is above `INVERSE_ITERATION.repair_residual` eps ||T|| (the Triton port's
+`inverse_iteration`).
 """
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
-                                        REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
+from kernel_support.eigh_common import GRAM_SCHMIDT, INVERSE_ITERATION
 from . import gram_schmidt
 from .common import EPS, barrier, f32, masked_load, per_matrix, window
 
@@ -64,18 +64,20 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
     right-hand side and the factor's first superdiagonal, each over the row's pivot (NaN for the superdiagonal where
     the row was swapped: there the pivot and both superdiagonals are T's), wait in scratch [2, row, lane] for the
     back substitution. Same
-    shifts (one per dense group of eigenvalues within GROUP_GAP eps ||T||, half a gap below its first; in a sparse
-    one, one per run within SPARSE_GROUP_GAP eps ||T|| and its own for a lone member),
+    shifts (one per dense group of eigenvalues within `INVERSE_ITERATION.group_gap` eps ||T||, half a gap below its
+    first; in a sparse one, one per run within `INVERSE_ITERATION.sparse_group_gap` eps ||T|| and its own for a lone
+    member),
     splitting and pivot floor, and each vector's length in lengths, for the transpose that normalises it. x and
     scratch are outputs (aliased to the inputs after the first step); the lanes' elements are read from the output
     x, which holds them."""
     x_ref, factors_ref, lengths_ref = refs[-3:]
-    lanes = pl.program_id(1) * LANES + jnp.arange(LANES)
-    block = window(pl.program_id(1) * LANES, LANES)
+    width = INVERSE_ITERATION.lanes
+    lanes = pl.program_id(1) * width + jnp.arange(width)
+    block = window(pl.program_id(1) * width, width)
     valid = lanes < n
     norm = norm_ref[...]
     floor = EPS * norm
-    gap = GROUP_GAP * EPS * norm
+    gap = INVERSE_ITERATION.group_gap * EPS * norm
     value = masked_load(values_ref.at[lanes], valid)
     grouped = _chained(values_ref, value, lanes, valid, n, gap)
     first_index = _first_of_run(values_ref, lanes, grouped, gap)  # the group's first eigenvalue; walk_up: its last
@@ -89,14 +91,14 @@ def _inverse_iteration_kernel(d_ref, e_ref, values_ref, norm_ref, *refs, n, firs
 
     last_index, _ = jax.lax.while_loop(_still_walking, walk_up, (lanes, grouped & (lanes < n - 1)))
     low = masked_load(values_ref.at[first_index], valid)
-    run_gap = (SPARSE_GROUP_GAP * EPS) * norm
+    run_gap = (INVERSE_ITERATION.sparse_group_gap * EPS) * norm
     span = (last_index - first_index).astype(jnp.float32)
     dense = masked_load(values_ref.at[last_index], valid) - low < run_gap * span
     in_run = _chained(values_ref, value, lanes, valid, n, run_gap)
     run_first = _first_of_run(values_ref, lanes, in_run & grouped & ~dense, run_gap)  # only sparse groups walk runs
     run_shift = masked_load(values_ref.at[run_first], valid) - 0.5 * run_gap
     shift = jnp.where(grouped, jnp.where(dense, low - 0.5 * gap, jnp.where(in_run, run_shift, value)), value)
-    zero = jnp.zeros((LANES,), jnp.float32)
+    zero = jnp.zeros((width,), jnp.float32)
 
     def right_hand_side(i):
         return _start_vector(i, lanes) if first else masked_load(x_ref.at[i, block], valid)
@@ -159,17 +161,18 @@ def _row_residuals(x_ref, d_ref, e_ref, values_ref, rows, inside, *, n, block_n)
 
 def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *, n, block_n, interpret):
     """As the Triton port's `_repair_kernel`: program b replaces each vector whose residual exceeds
-    REPAIR_RESIDUAL eps ||T|| by its part orthogonal to every sound vector (classical Gram-Schmidt
-    over panels of PANEL vectors, twice), normalised; residuals go to residual_ref (a repaired
-    vector's after repair). x (the input, aliased) is read and written through the output ref."""
+    `INVERSE_ITERATION.repair_residual` eps ||T|| by its part orthogonal to every sound vector (classical
+    Gram-Schmidt over panels of `GRAM_SCHMIDT.panel` vectors, twice), normalised; residuals go to residual_ref (a
+    repaired vector's after repair). x (the input, aliased) is read and written through the output ref."""
     cols = jnp.arange(block_n)
-    local = jnp.arange(PANEL)
+    size = GRAM_SCHMIDT.panel
+    local = jnp.arange(size)
     valid = cols < n
-    bound = REPAIR_RESIDUAL * EPS * norm_ref[...]
+    bound = INVERSE_ITERATION.repair_residual * EPS * norm_ref[...]
     residuals = functools.partial(_row_residuals, x_ref, d_ref, e_ref, values_ref, n=n, block_n=block_n)
 
     def check(panel, unsound):
-        rows = panel * PANEL + local
+        rows = panel * size + local
         inside = rows < n
         r = residuals(rows, inside)
         pltriton.store(residual_ref.at[rows], r, mask=inside)
@@ -177,7 +180,7 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
 
     def repair(j):
         def project(panel, vector):
-            rows = panel * PANEL + local
+            rows = panel * size + local
             inside = rows < n
             sound = inside & (rows != j) & (masked_load(residual_ref.at[rows], inside) <= bound)
             block = masked_load(x_ref.at[rows[:, None], cols[None, :]], sound[:, None] & valid[None, :])
@@ -185,7 +188,7 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
 
         vector = masked_load(x_ref.at[j, window(0, block_n)], valid)
         for _ in range(2):
-            vector = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), project, vector)
+            vector = jax.lax.fori_loop(0, pl.cdiv(n, size), project, vector)
         vector /= jnp.maximum(jnp.sqrt(jnp.sum(vector * vector)), 1e-30)
         pltriton.store(x_ref.at[j, window(0, block_n)], vector, mask=valid)
         barrier(interpret)
@@ -197,7 +200,7 @@ def _repair_kernel(d_ref, e_ref, values_ref, norm_ref, _, x_ref, residual_ref, *
         pl.when(residual_ref[j] > bound)(lambda: repair(j))
         return carry
 
-    unsound = jax.lax.fori_loop(0, pl.cdiv(n, PANEL), check, jnp.int32(0))
+    unsound = jax.lax.fori_loop(0, pl.cdiv(n, size), check, jnp.int32(0))
 
     @pl.when(unsound > 0)
     def _():
@@ -211,26 +214,27 @@ def vectors(d, e, values, norm, *, interpret):
     batch, n = d.shape
     vector, scalar, matrix, factors = per_matrix(n), per_matrix(), per_matrix(n, n), per_matrix(2, n, n)
     z = scratch = None
-    for step in range(INVERSE_ITERATIONS):
+    rounds = INVERSE_ITERATION.rounds
+    for step in range(rounds):
         carried = () if step == 0 else (jnp.swapaxes(z, 1, 2), scratch)
         columns, scratch, lengths = pl.pallas_call(
             functools.partial(_inverse_iteration_kernel, n=n, first=step == 0),
             out_shape=(f32((batch, n, n)), f32((batch, 2, n, n)), f32((batch, n))),
-            grid=(batch, pl.cdiv(n, LANES)),
+            grid=(batch, pl.cdiv(n, INVERSE_ITERATION.lanes)),
             in_specs=[vector, vector, vector, scalar] + ([matrix, factors] if carried else []),
             out_specs=(matrix, factors, vector), input_output_aliases={4: 0, 5: 1} if carried else {},
             compiler_params=pltriton.CompilerParams(num_warps=1), interpret=interpret,
             name="eigh_inverse_iteration",
         )(d, e, values, norm, *carried)
-        gap = CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP
+        gap = INVERSE_ITERATION.cluster_gap if step == rounds - 1 else INVERSE_ITERATION.early_cluster_gap
         unit = jnp.swapaxes(columns, 1, 2) / jnp.where(lengths > 0, lengths, 1.0)[:, :, None]  # one XLA transpose
         z = gram_schmidt.orthonormalize(unit, values, norm, gap, interpret=interpret)
     return repair(z, d, e, values, norm, interpret=interpret)[0]
 
 
 def repair(z, d, e, values, norm, *, interpret):
-    """(z with every vector whose residual exceeds REPAIR_RESIDUAL eps ||T|| made orthogonal to the sound ones,
-    the residuals [batch, n])."""
+    """(z with every vector whose residual exceeds `INVERSE_ITERATION.repair_residual` eps ||T|| made orthogonal to
+    the sound ones, the residuals [batch, n])."""
     batch, n, _ = z.shape
     block_n = pl.next_power_of_2(n)
     vector = per_matrix(n)
@@ -239,6 +243,6 @@ def repair(z, d, e, values, norm, *, interpret):
         out_shape=(f32((batch, n, n)), f32((batch, n))), grid=(batch,),
         in_specs=[vector, vector, vector, per_matrix(), per_matrix(n, n)], out_specs=(per_matrix(n, n), vector),
         input_output_aliases={4: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=vector_panel_warps(block_n)), interpret=interpret,
-        name="eigh_repair",
+        compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT.vector_panel_warps(block_n)),
+        interpret=interpret, name="eigh_repair",
     )(d, e, values, norm, z)

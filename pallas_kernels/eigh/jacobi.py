@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import JACOBI_MAX_SWEEPS
+from kernel_support.eigh_common import JACOBI
 from .common import EPS, barrier, checked, f32, masked_load, per_matrix
 
 
@@ -96,7 +96,7 @@ def _jacobi_kernel(a_ref, q_ref, l_ref, sweeps_ref, bounds_ref, exchange_ref, *,
     sweeps_ref[0] = count
 
 
-def on_chip(a, max_sweeps=JACOBI_MAX_SWEEPS, *, interpret):
+def on_chip(a, max_sweeps=JACOBI.max_sweeps, *, interpret):
     """(V, diagonal, the sweeps taken [batch, 1] int32, the checks' bounds [batch, 3]) of the on-chip Jacobi,
     unsorted, for each matrix of a [batch, N, N]."""
     count, size, _ = a.shape

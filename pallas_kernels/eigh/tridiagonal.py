@@ -1,12 +1,12 @@
 """The eigh Pallas port's Householder tridiagonalisation, T = H^T (A / max|A|) H, for n > 64: the Triton port's.
 
 `_symmetrize_kernel`, then, the trailing matrix in global memory, either `_tridiagonalize_blocked_kernel`, one
-launch of one program per matrix in panels, or, by kernel_support.eigh_common.one_launch, the same panels over launches:
-a column and a product launch per column, the product with several programs per matrix, and a closing update launch per
-panel. A pallas_call's grid is static, so the launches per column are a jax.lax.fori_loop over the column (an
-operand of the kernels) whose product and update launches keep column 0's number of programs throughout, programs
-past the trailing matrix's last tile idling (the Triton port sizes each launch to its column; unrolling n launches
-in Python would compile for too long at n = 2048).
+launch of one program per matrix in panels, or, by kernel_support.eigh_common.Tridiagonal.one_launch, the same
+panels over launches: a column and a product launch per column, the product with several programs per matrix, and a
+closing update launch per panel. A pallas_call's grid is static, so the launches per column are a
+jax.lax.fori_loop over the column (an operand of the kernels) whose product and update launches keep column 0's
+number of programs throughout, programs past the trailing matrix's last tile idling (the Triton port sizes each
+launch to its column; unrolling n launches in Python would compile for too long at n = 2048).
 """
 from __future__ import annotations
 
@@ -17,11 +17,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernel_support.eigh_common import (COLUMN_KERNEL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS, OVER_LAUNCHES_PRODUCT_ROWS,
-                                        OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK, PANEL_UPDATE_COLS,
-                                        SYMMETRIC_PRODUCT_COLS, SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS,
-                                        TRIDIAGONAL_PANEL, TRIDIAGONAL_ROWS, column_panel_chunk, one_launch,
-                                        product_programs, row_blocks, shares_the_sms, tridiagonal_tile)
+from kernel_support.eigh_common import TRIDIAGONAL
 from .common import LOOP_INDEX, barrier, checked, dot_ieee, f32, loop_index, masked_load, per_matrix, window
 
 
@@ -288,7 +284,7 @@ def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n,
                          finish_only, interpret):
     """As the Triton port's `_panel_column_kernel`: program b finishes W's row for column j - 1 from
     p and the column sums its product's active programs left in sums (those with a row tile below
-    column j - 1, OVER_LAUNCHES_PRODUCT_ROWS rows a tile), added share_rows shares at a time, then
+    column j - 1, `TRIDIAGONAL.over_launches_product_rows` rows a tile), added share_rows shares at a time, then
     (unless finish_only) forms column j's reflector; column 0 stores the scale max|A|. w, d, e, tau,
     scale and panel are outputs (the inputs after sums_ref aliased to them)."""
     w_ref, d_ref, e_ref, tau_ref, scale_ref, panel_ref = refs[-6:]
@@ -304,7 +300,8 @@ def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n,
 
     def finish_w():  # W's row for column j - 1, and row j's correction
         below = in_cols & (cols > j - 1)
-        shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, OVER_LAUNCHES_PRODUCT_ROWS))  # active product programs
+        # the active product programs
+        shares = jnp.minimum(sums_ref.shape[0], pl.cdiv(n - j, TRIDIAGONAL.over_launches_product_rows))
         offsets = jnp.arange(share_rows)
 
         def add_shares(s, column_sums):
@@ -317,7 +314,7 @@ def _panel_column_kernel(first_ref, offset_ref, partial_ref, sums_ref, *refs, n,
         p = masked_load(panel_ref.at[jnp.int32(2 * nb), window(0, block_n)], below) + jnp.sum(column_sums, axis=0)
         v = masked_load(panel_ref.at[i - 1, window(0, block_n)], in_cols)
         panel_ref[nb + i - 1, :], correction = _panel_w(panel_ref, p, v, tau_ref[j - 1], below, j - 1, i - 1,
-                                                        chunk=column_panel_chunk(block_n), **sizes)
+                                                        chunk=TRIDIAGONAL.column_panel_chunk(block_n), **sizes)
         return correction
 
     # a panel's first row is up to date
@@ -403,10 +400,10 @@ def _panel_update_kernel(last_ref, scale_ref, panel_ref, _, w_ref, *, n, rows_pe
 def reduce(a, single=None, *, interpret):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
     [batch, blocks, 3]), the reflectors in w's rows. single: one launch, one program per matrix, blocked in panels
-    of TRIDIAGONAL_PANEL columns (default: kernel_support.eigh_common.one_launch); otherwise the same panels over
-    launches (`_reduce_in_panels`)."""
+    of `TRIDIAGONAL.panel` columns (default: kernel_support.eigh_common.Tridiagonal.one_launch); otherwise the same
+    panels over launches (`_reduce_in_panels`)."""
     batch, n, _ = a.shape
-    block_n, rows, blocks = row_blocks(n)
+    block_n, rows, blocks = TRIDIAGONAL.row_blocks(n)
     w, partial, bounds = pl.pallas_call(
         functools.partial(_symmetrize_kernel, n=n, block_n=block_n, rows_per_tile=rows),
         out_shape=(f32((batch, n, n)), f32((batch, blocks)), f32((batch, 3 * blocks))), grid=(batch, blocks),
@@ -414,21 +411,22 @@ def reduce(a, single=None, *, interpret):
         compiler_params=pltriton.CompilerParams(num_warps=8), interpret=interpret, name="eigh_symmetrize",
     )(a)
     bounds = bounds.reshape(batch, blocks, 3)
-    if not (one_launch(batch, n) if single is None else single):
-        return *_reduce_in_panels(w, partial, product_programs(n - 1), interpret=interpret), bounds  # column 0's
+    if not (TRIDIAGONAL.one_launch(batch, n) if single is None else single):
+        programs = TRIDIAGONAL.product_programs(n - 1)  # column 0's
+        return *_reduce_in_panels(w, partial, programs, interpret=interpret), bounds
     # The column-blocked product where each program has an SM to itself; where programs share them, the row sweep:
     # at 640x512 on 2 warps every column-blocked tile tried ran slower there, though the Triton port's gained
     # (docs/findings.md, "The eigh kernels, port by port").
-    product_cols = None if shares_the_sms(batch) else min(block_n, SYMMETRIC_PRODUCT_COLS)
+    product_cols = None if TRIDIAGONAL.shares_the_sms(batch) else min(block_n, TRIDIAGONAL.product_cols)
     # w, d, e, tau, scale, panel, products (the column blocks' row sums; one unused row for the row sweep)
-    shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL_PANEL + 1, block_n),
+    shapes = ((n, n), (n,), (n,), (n,), (), (2 * TRIDIAGONAL.panel + 1, block_n),
               (block_n // (product_cols or block_n), block_n))
-    tile_rows, warps = tridiagonal_tile(batch)
+    tile_rows, warps = TRIDIAGONAL.tile(batch)
     return pl.pallas_call(
         functools.partial(_tridiagonalize_blocked_kernel, n=n, block_n=block_n, partials=blocks,
-                          rows_per_tile=tile_rows, cols_per_tile=min(block_n, TRIDIAGONAL_COLS),
-                          product_rows=SYMMETRIC_PRODUCT_WARP_ROWS * warps, product_cols=product_cols,
-                          nb=TRIDIAGONAL_PANEL, chunk=PANEL_CHUNK, interpret=interpret),
+                          rows_per_tile=tile_rows, cols_per_tile=min(block_n, TRIDIAGONAL.cols),
+                          product_rows=TRIDIAGONAL.product_warp_rows * warps, product_cols=product_cols,
+                          nb=TRIDIAGONAL.panel, chunk=TRIDIAGONAL.panel_chunk, interpret=interpret),
         out_shape=tuple(f32((batch, *shape)) for shape in shapes), grid=(batch,),
         in_specs=[per_matrix(blocks), per_matrix(n, n)], out_specs=tuple(per_matrix(*shape) for shape in shapes),
         input_output_aliases={1: 0}, compiler_params=pltriton.CompilerParams(num_warps=warps),
@@ -440,8 +438,9 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
     """As the Triton port's multi-launch blocked path of `reduce`, in jax.lax.fori_loops over the panels
     and their columns: (w, d, e, tau, scale). programs: the product's programs per matrix (column 0's)."""
     batch, n, _ = w.shape
-    block_n, rows, blocks = row_blocks(n)  # the symmetrize kernel's, whose partial sums the column kernel reads
-    nb = TRIDIAGONAL_PANEL
+    # the symmetrize kernel's row blocks, whose partial sums the column kernel reads
+    block_n, rows, blocks = TRIDIAGONAL.row_blocks(n)
+    nb = TRIDIAGONAL.panel
     shapes = ((n, n), (n,), (n,), (n,), (), (2 * nb + 1, block_n))  # w, d, e, tau, scale, panel
     matrix, scalar, panel = per_matrix(n, n), per_matrix(), per_matrix(2 * nb + 1, block_n)
 
@@ -454,30 +453,33 @@ def _reduce_in_panels(w, partial, programs, *, interpret):
             out_shape=tuple(f32((batch, *shape)) for shape in shapes), grid=(batch,),
             in_specs=[LOOP_INDEX, LOOP_INDEX, per_matrix(blocks), sums] + [per_matrix(*shape) for shape in shapes],
             out_specs=tuple(per_matrix(*shape) for shape in shapes), input_output_aliases={4 + i: i for i in range(6)},
-            compiler_params=pltriton.CompilerParams(num_warps=COLUMN_KERNEL_WARPS), interpret=interpret,
+            compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL.column_kernel_warps), interpret=interpret,
             name="eigh_panel_column",
         )(loop_index(first), loop_index(offset), partial, sums_buffer, *buffers)
 
     def product(first, offset, w, scale, panel_buffer, sums_buffer):
         return pl.pallas_call(
-            functools.partial(_panel_product_kernel, n=n, block_n=block_n, rows_per_tile=OVER_LAUNCHES_PRODUCT_ROWS,
-                              cols_per_tile=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS, nb=nb, interpret=interpret),
+            functools.partial(_panel_product_kernel, n=n, block_n=block_n,
+                              rows_per_tile=TRIDIAGONAL.over_launches_product_rows,
+                              cols_per_tile=block_n // TRIDIAGONAL.over_launches_product_blocks, nb=nb,
+                              interpret=interpret),
             out_shape=(f32((batch, 2 * nb + 1, block_n)), f32((batch, programs, block_n))), grid=(batch, programs),
             in_specs=[LOOP_INDEX, LOOP_INDEX, matrix, scalar, panel, sums], out_specs=(panel, sums),
             input_output_aliases={4: 0, 5: 1},
-            compiler_params=pltriton.CompilerParams(num_warps=OVER_LAUNCHES_PRODUCT_WARPS), interpret=interpret,
+            compiler_params=pltriton.CompilerParams(num_warps=TRIDIAGONAL.over_launches_product_warps),
+            interpret=interpret,
             name="eigh_panel_product",
         )(loop_index(first), loop_index(offset), w, scale, panel_buffer, sums_buffer)
 
-    update_cols = min(block_n, PANEL_UPDATE_COLS)
+    update_cols = min(block_n, TRIDIAGONAL.panel_update_cols)
 
     def close(j, buffers, sums_buffer):  # the panel ending at column j: its last W row, then the trailing update
         w, d, e, tau, scale, panel_buffer = column(j, 0, buffers, sums_buffer, True)
         w = pl.pallas_call(
-            functools.partial(_panel_update_kernel, n=n, rows_per_tile=TRIDIAGONAL_ROWS, cols_per_tile=update_cols,
+            functools.partial(_panel_update_kernel, n=n, rows_per_tile=TRIDIAGONAL.rows, cols_per_tile=update_cols,
                               nb=nb),
             out_shape=f32((batch, n, n)),
-            grid=(batch, pl.cdiv(n - nb, TRIDIAGONAL_ROWS), pl.cdiv(n - nb, update_cols)),  # the first panel's
+            grid=(batch, pl.cdiv(n - nb, TRIDIAGONAL.rows), pl.cdiv(n - nb, update_cols)),  # the first panel's
             in_specs=[LOOP_INDEX, scalar, panel, matrix], out_specs=matrix, input_output_aliases={3: 0},
             compiler_params=pltriton.CompilerParams(num_warps=4), interpret=interpret, name="eigh_panel_update",
         )(loop_index(j), scale, panel_buffer, w)

@@ -7,14 +7,14 @@ n > 64: the LAPACK dsytrd + dstebz + dstein route (or, for steps 2 and 3, dstedc
 `divide_conquer`, chosen by EIGENVECTORS), each stage written for batches of matrices:
 1. `tridiagonal`: Householder reflectors T = H^T (A / max|A|) H, in one launch or over launches;
 2. `bisection`: T's eigenvalues from Sturm counts, one lane per eigenvalue;
-3. `inverse_iteration`: T's eigenvectors, INVERSE_ITERATIONS rounds, each followed by the clusters' block
+3. `inverse_iteration`: T's eigenvectors, `INVERSE_ITERATION.rounds` rounds, each followed by the clusters' block
    Gram-Schmidt (`gram_schmidt`), then the repair of vectors whose residual is still large;
 4. `back_transform`: Q = H Z in LAPACK's compact WY form.
 
 The input's checks (NaN or Inf, max |A - A^T| against max |A|) come from the kernels that read A first
 (`common.checked`): they count what they read, zero the entries that are not finite (so that no later kernel sees
 them) and leave three bounds, which the call reads after its last kernel, in its one synchronisation, raising if
-the input was bad. Fewer than ONE_LAUNCH_BATCH matrices replay their path's kernels from a CUDA graph
+the input was bad. Fewer than `TRIDIAGONAL.one_launch_batch` matrices replay their path's kernels from a CUDA graph
 (`_replayed`). Nothing is kept between calls but compiled kernels and those graphs' buffers. Why the shifts,
 clusters and rounds are what they are: kernel_support/eigh_common.py and docs/findings.md, "The eigh ports' tuning
 constants".
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ports.eigh import check_shape
-from kernel_support.eigh_common import CUDA_GRAPH_SHAPES, JACOBI_MAX_N, check_offsets, jacobi_size, shares_the_sms
+from kernel_support.eigh_common import JACOBI, TRIDIAGONAL, check_offsets
 from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 from .common import check_bounds
 
@@ -35,6 +35,9 @@ from .common import check_bounds
 # "divide_conquer" (`divide_conquer`: the candidate of issue 55, A/B'd on the H200 as a copy of this package with
 # this line changed, and not ready: docs/findings.md, "Divide and conquer's leaves and first GPU run")
 EIGENVECTORS = "inverse_iteration"
+CUDA_GRAPH_SHAPES = 4  # the port replays its path (Jacobi or tridiagonal) for fewer than
+# `TRIDIAGONAL.one_launch_batch` matrices from a CUDA graph, for this many shapes at most (0: launch every kernel from
+# Python): launches dominate there
 
 
 def _tridiagonal(a: torch.Tensor):
@@ -52,7 +55,7 @@ def _tridiagonal(a: torch.Tensor):
 def _jacobi(a: torch.Tensor):
     """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
     batch, n, _ = a.shape
-    size = jacobi_size(n)
+    size = JACOBI.size(n)
     check_offsets(batch, size)
     vectors, values, _, bounds = jacobi.on_chip(F.pad(a, (0, size - n, 0, size - n)).contiguous())
     vectors, values = vectors[:, :n, :n], values[:, :n]
@@ -97,8 +100,8 @@ def eigh(a: torch.Tensor):
     if batch == 0 or n == 0:
         return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
     a = a.contiguous()
-    path = _tridiagonal if n > JACOBI_MAX_N else _jacobi
-    if a.is_cuda and CUDA_GRAPH_SHAPES and not shares_the_sms(batch):
+    path = _tridiagonal if n > JACOBI.max_n else _jacobi
+    if a.is_cuda and CUDA_GRAPH_SHAPES and not TRIDIAGONAL.shares_the_sms(batch):
         q, values, bounds = _replayed(path, a)
     else:
         q, values, bounds = path(a)

@@ -7,8 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import (BACK_TRANSFORM_CHUNK, BACK_TRANSFORM_PRECISION, BACK_TRANSFORM_REFLECTORS,
-                                        BACK_TRANSFORM_VECTORS, BACK_TRANSFORM_WARPS)
+from kernel_support.eigh_common import BACK_TRANSFORM
 from .common import empty
 
 
@@ -106,12 +105,13 @@ def apply(w: torch.Tensor, tau: torch.Tensor, z: torch.Tensor):
     """Q = H_0 ... H_{n-3} z^T: A's eigenvectors as columns (z is overwritten, and w's entries before each
     reflector)."""
     batch, n, _ = z.shape
-    panels = triton.cdiv(n, BACK_TRANSFORM_REFLECTORS)
-    t = empty(batch, panels, BACK_TRANSFORM_REFLECTORS, BACK_TRANSFORM_REFLECTORS, device=z.device)
-    _compact_wy_kernel[(batch, panels)](w, tau, t, n, REFLECTORS=BACK_TRANSFORM_REFLECTORS,
-                                        CHUNK=BACK_TRANSFORM_CHUNK, num_warps=BACK_TRANSFORM_WARPS)
+    reflectors = BACK_TRANSFORM.reflectors
+    panels = triton.cdiv(n, reflectors)
+    t = empty(batch, panels, reflectors, reflectors, device=z.device)
+    _compact_wy_kernel[(batch, panels)](w, tau, t, n, REFLECTORS=reflectors, CHUNK=BACK_TRANSFORM.chunk,
+                                        num_warps=BACK_TRANSFORM.warps)
     q = empty(batch, n, n, device=z.device)
-    _back_transform_kernel[(triton.cdiv(n, BACK_TRANSFORM_VECTORS), batch)](
-        w, t, z, q, n, VECTORS=BACK_TRANSFORM_VECTORS, REFLECTORS=BACK_TRANSFORM_REFLECTORS,
-        CHUNK=BACK_TRANSFORM_CHUNK, PRECISION=BACK_TRANSFORM_PRECISION, num_warps=BACK_TRANSFORM_WARPS)
+    _back_transform_kernel[(triton.cdiv(n, BACK_TRANSFORM.vectors), batch)](
+        w, t, z, q, n, VECTORS=BACK_TRANSFORM.vectors, REFLECTORS=reflectors, CHUNK=BACK_TRANSFORM.chunk,
+        PRECISION=BACK_TRANSFORM.precision, num_warps=BACK_TRANSFORM.warps)
     return q

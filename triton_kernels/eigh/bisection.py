@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import BISECTION_ITERATIONS, LANES, PIVOT_FLOOR
+from kernel_support.eigh_common import BISECTION
 from .common import empty
 
 
@@ -109,7 +109,7 @@ def eigenvalues(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
     batch, n = d.shape
     values, eigenvalues = empty(batch, n, device=d.device), empty(batch, n, device=d.device)
     norm = empty(batch, device=d.device)
-    _bisect_kernel[(batch, triton.cdiv(n, LANES))](
-        d, e, scale, values, norm, eigenvalues, n, PIVOT_FLOOR, ITERATIONS=BISECTION_ITERATIONS, LANES=LANES,
-        APPROXIMATE=not triton.knobs.runtime.interpret, num_warps=1)
+    _bisect_kernel[(batch, triton.cdiv(n, BISECTION.lanes))](
+        d, e, scale, values, norm, eigenvalues, n, BISECTION.pivot_floor, ITERATIONS=BISECTION.iterations,
+        LANES=BISECTION.lanes, APPROXIMATE=not triton.knobs.runtime.interpret, num_warps=1)
     return values, norm, eigenvalues

@@ -12,8 +12,9 @@ merge of a level (all merges of every matrix in one launch a kernel):
    deflation: a z entry below tol = 8 eps max(|D|, rho) drops out (its pair is already an eigenpair), and two
    entries of D closer than tol after a Givens rotation of their columns of Q drop one (a pass in order, run only
    where some kept pair is that close); the rest compacted, and sorted apart by the rows their columns live on.
-2. `_secular_kernel`: each root of 1 + rho sum z_j^2 / (d_j - x) in float64, by SECULAR_STEPS bisection steps on
-   its offset from the nearer pole (no convergence test: nothing data-dependent, nothing that can diverge).
+2. `_secular_kernel`: each root of 1 + rho sum z_j^2 / (d_j - x) in float64, by `DIVIDE_CONQUER.secular_steps`
+   bisection steps on its offset from the nearer pole (no convergence test: nothing data-dependent, nothing that
+   can diverge).
 3. `_zhat_kernel`: Gu and Eisenstat's z, for which the computed roots are exact, so that the vectors are orthogonal
    without any Gram-Schmidt: zhat_j^2 = prod_i (lambda_i - d_j) / (d_i - d_j) (i = j: rho), in float64.
 4. `_vectors_kernel`: U's columns zhat_j / (d_j - lambda_i), normalised, rounded to float32.
@@ -33,8 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import BACK_TRANSFORM_PRECISION as PRECISION
-from kernel_support.eigh_common import SECULAR_STEPS, merge_levels, merge_tiling
+from kernel_support.eigh_common import BACK_TRANSFORM, DIVIDE_CONQUER, merge_levels
 from .common import EPS
 
 
@@ -362,13 +362,13 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         dsort, zsort, cd, cz, taus, zhat, lam = (scratch(torch.float64, block) for _ in range(7))
         counts, rhos = scratch(torch.int32), scratch(torch.float64)
         u = scratch(torch.float32, block, block)
-        merge = merge_tiling(block)
+        merge = DIVIDE_CONQUER.tiling(block)
         _prepare_kernel[(batch, count)](q, values, e, merges, perm, dsort, zsort, live, livepos, cd, cz, cidx, kind,
                                         by_kind, splits, counts, rhos, n, EPS, K=block, CH=merge.ranked,
                                         num_warps=merge.warps)
         roots = (batch, count, triton.cdiv(block, merge.lanes))
         _secular_kernel[roots](cd, cz, counts, rhos, origin, taus, K=block, R=merge.lanes, CH=merge.chunk,
-                               STEPS=SECULAR_STEPS)
+                               STEPS=DIVIDE_CONQUER.secular_steps)
         _zhat_kernel[roots](cd, cz, counts, rhos, origin, taus, zhat, K=block, R=merge.lanes, CH=merge.chunk)
         _vectors_kernel[roots](cd, counts, origin, taus, zhat, u, lam, K=block, R=merge.lanes, CH=merge.chunk)
         values_next = values.clone()  # the eigenvalues that no merge of this level touches
@@ -377,6 +377,6 @@ def solve(d: torch.Tensor, e: torch.Tensor, scale: torch.Tensor):
         tiles = triton.cdiv(block, merge.tile)
         _product_kernel[(batch * count, tiles, tiles)](
             q, q_next, merges, perm, cidx, by_kind, splits, counts, dest, u, n, count, K=block, TILE=merge.tile,
-            TILE_K=merge.tile_k, PRECISION=PRECISION)
+            TILE_K=merge.tile_k, PRECISION=BACK_TRANSFORM.precision)
         q, q_next, values = q_next, q, values_next
     return q.transpose(1, 2).contiguous(), values, values * scale[:, None]

@@ -1,6 +1,6 @@
 """The eigh Triton port's block Gram-Schmidt within clusters of close eigenvalues.
 
-From n = 512 (`kernel_support.eigh_common.split_gram_schmidt`) over launches: `_orthonormalize_project_kernel` forms
+From n = 512 (`kernel_support.eigh_common.GramSchmidt.split`) over launches: `_orthonormalize_project_kernel` forms
 each panel's projections as tensor-core products among many programs a matrix and `_orthonormalize_finish_kernel`
 applies them; below, `_orthonormalize_kernel`, one program per matrix.
 """
@@ -10,9 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import (GRAM_SCHMIDT_CHUNK, GRAM_SCHMIDT_PRECISION, GRAM_SCHMIDT_WARPS, GROUP_GAP,
-                                        PANEL, SECOND_PASS_BELOW, gram_schmidt_finish_warps, gram_schmidt_shares,
-                                        gram_schmidt_unrolled, split_gram_schmidt, vector_panel_warps)
+from kernel_support.eigh_common import GRAM_SCHMIDT, INVERSE_ITERATION
 from .common import EPS, empty, register_cap, registers_for
 
 
@@ -93,7 +91,7 @@ def _within_clusters(block, cluster, first_cluster, continued, PANEL: tl.constex
     alone in its cluster (and not continuing one from earlier panels) is left as it is. Also the
     smallest norm a vector had before its normalisation (1 if none was touched): of unit vectors,
     how much the projections cancelled. UNROLLED: the PANEL steps as that many copies of their code, else a loop
-    (`ports.eigh.gram_schmidt_unrolled`)."""
+    (`kernel_support.eigh_common.GramSchmidt.unrolled`)."""
     local = tl.arange(0, PANEL)
     shortest = 1.0
     if UNROLLED:
@@ -258,7 +256,7 @@ def _project_register_cap(programs: int, block_n: int, device: torch.device) -> 
     docs/findings.md, "The eigh ports' tuning constants")."""
     if block_n != 512:
         return None
-    return register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT_WARPS, device=device)
+    return register_cap(programs, uncapped_an_sm=2, programs_an_sm=3, warps=GRAM_SCHMIDT.warps, device=device)
 
 
 def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int | None:
@@ -274,32 +272,36 @@ def _two_programs_an_sm(programs: int, warps: int, device: torch.device) -> int 
 
 def orthonormalize(z: torch.Tensor, values: torch.Tensor, norm: torch.Tensor, cluster_gap: float,
                    split: bool | None = None):
-    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or GROUP_GAP eps
-    norm): z, changed in place. Its rows come unit from `_transposed`: a panel with no cluster in it or reaching
-    into it is left as it is. split: each panel's projections shared among many programs per matrix, four launches
-    a panel (default: kernel_support.eigh_common.split_gram_schmidt); otherwise one program per matrix."""
+    """z's rows orthonormal within each cluster of `values` (gaps below cluster_gap max|values|, or
+    `INVERSE_ITERATION.group_gap` eps norm): z, changed in place. Its rows come unit from `_transposed`: a panel with
+    no cluster in it or reaching into it is left as it is. split: each panel's projections shared among many
+    programs per matrix, four launches a panel (default: kernel_support.eigh_common.GramSchmidt.split); otherwise
+    one program per matrix."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
-    unrolled = gram_schmidt_unrolled(batch)
-    if not (split_gram_schmidt(n) if split is None else split):
-        warps = vector_panel_warps(block_n)
-        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n,
-                                         BLOCK_N=block_n, PANEL=PANEL, UNROLLED=unrolled, num_warps=warps,
+    unrolled = GRAM_SCHMIDT.unrolled(batch)
+    group_gap = INVERSE_ITERATION.group_gap * EPS
+    if not (GRAM_SCHMIDT.split(n) if split is None else split):
+        warps = GRAM_SCHMIDT.vector_panel_warps(block_n)
+        _orthonormalize_kernel[(batch,)](z, values, norm, cluster_gap, group_gap, GRAM_SCHMIDT.second_pass_below, n,
+                                         BLOCK_N=block_n, PANEL=GRAM_SCHMIDT.panel, UNROLLED=unrolled, num_warps=warps,
                                          maxnreg=_two_programs_an_sm(batch, warps, z.device))
         return z
-    panels = triton.cdiv(n, PANEL)
-    programs, earlier = gram_schmidt_shares(n)
+    panels = triton.cdiv(n, GRAM_SCHMIDT.panel)
+    programs, earlier = GRAM_SCHMIDT.shares(n)
     start, again = (torch.zeros(batch, device=z.device, dtype=torch.int32) for _ in range(2))
-    partial = empty(batch, programs, PANEL, n, device=z.device)
+    partial = empty(batch, programs, GRAM_SCHMIDT.panel, n, device=z.device)
     project_cap = _project_register_cap(batch * programs, block_n, z.device)
-    finish_warps = gram_schmidt_finish_warps(block_n)
-    args = (z, values, norm, start, again, partial, cluster_gap, GROUP_GAP * EPS, SECOND_PASS_BELOW, n)
+    finish_warps = GRAM_SCHMIDT.finish_warps(block_n)
+    args = (z, values, norm, start, again, partial, cluster_gap, group_gap, GRAM_SCHMIDT.second_pass_below, n)
     for panel in range(panels):
         for first_pass in (1, 0):
-            _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n, PANEL=PANEL,
-                                                              EARLIER=earlier, CHUNK=GRAM_SCHMIDT_CHUNK,
-                                                              PRECISION=GRAM_SCHMIDT_PRECISION,
-                                                              num_warps=GRAM_SCHMIDT_WARPS, maxnreg=project_cap)
-            _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n, PANEL=PANEL,
-                                                    EARLIER=earlier, UNROLLED=unrolled, num_warps=finish_warps)
+            _orthonormalize_project_kernel[(batch, programs)](*args, panel, first_pass, BLOCK_N=block_n,
+                                                              PANEL=GRAM_SCHMIDT.panel, EARLIER=earlier,
+                                                              CHUNK=GRAM_SCHMIDT.chunk,
+                                                              PRECISION=GRAM_SCHMIDT.precision,
+                                                              num_warps=GRAM_SCHMIDT.warps, maxnreg=project_cap)
+            _orthonormalize_finish_kernel[(batch,)](*args, panel, first_pass, programs, BLOCK_N=block_n,
+                                                    PANEL=GRAM_SCHMIDT.panel, EARLIER=earlier, UNROLLED=unrolled,
+                                                    num_warps=finish_warps)
     return z

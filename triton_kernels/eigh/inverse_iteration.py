@@ -1,10 +1,11 @@
 """The eigh Triton port's inverse iteration: T's eigenvectors, with the repair of those still poor.
 
 `_inverse_iteration_kernel`: lane j solves (T - shift_j I) x = x, pivoted, on the vectors' transpose (a warp's
-step touches 128 contiguous bytes), INVERSE_ITERATIONS rounds from a fixed pseudo-random start, each followed by
-the clusters' block Gram-Schmidt (`gram_schmidt`): the rounds before the last orthogonalise only the closest
-eigenvalues' vectors (EARLY_CLUSTER_GAP), the last every cluster (CLUSTER_GAP). Then `_repair_kernel` makes any
-vector whose residual is above REPAIR_RESIDUAL eps ||T|| orthogonal to all the sound ones.
+step touches 128 contiguous bytes), `INVERSE_ITERATION.rounds` rounds from a fixed pseudo-random start, each
+followed by the clusters' block Gram-Schmidt (`gram_schmidt`): the rounds before the last orthogonalise only the
+closest eigenvalues' vectors (`INVERSE_ITERATION.early_cluster_gap`), the last every cluster
+(`INVERSE_ITERATION.cluster_gap`). Then `_repair_kernel` makes any vector whose residual is above
+`INVERSE_ITERATION.repair_residual` eps ||T|| orthogonal to all the sound ones.
 """
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import (CLUSTER_GAP, EARLY_CLUSTER_GAP, GROUP_GAP, INVERSE_ITERATIONS, LANES, PANEL,
-                                        REPAIR_RESIDUAL, SPARSE_GROUP_GAP, vector_panel_warps)
+from kernel_support.eigh_common import GRAM_SCHMIDT, INVERSE_ITERATION
 from . import gram_schmidt
 from .common import EPS, empty
 
@@ -247,23 +247,26 @@ def vectors(d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.
     batch, n = d.shape
     z, columns = empty(batch, n, n, device=d.device), empty(batch, n, n, device=d.device)
     scratch, lengths = empty(batch, 2, n, n, device=d.device), empty(batch, n, device=d.device)
-    for step in range(INVERSE_ITERATIONS):
+    lanes, rounds = INVERSE_ITERATION.lanes, INVERSE_ITERATION.rounds
+    for step in range(rounds):
         if step:
             _transposed(z, columns)
-        _inverse_iteration_kernel[(batch, triton.cdiv(n, LANES))](d, e, values, norm, columns, scratch, lengths, n,
-                                                                  EPS, GROUP_GAP * EPS, SPARSE_GROUP_GAP * EPS,
-                                                                  FIRST=step == 0, LANES=LANES, num_warps=1)
-        cluster_gap = CLUSTER_GAP if step == INVERSE_ITERATIONS - 1 else EARLY_CLUSTER_GAP
+        _inverse_iteration_kernel[(batch, triton.cdiv(n, lanes))](d, e, values, norm, columns, scratch, lengths, n,
+                                                                  EPS, INVERSE_ITERATION.group_gap * EPS,
+                                                                  INVERSE_ITERATION.sparse_group_gap * EPS,
+                                                                  FIRST=step == 0, LANES=lanes, num_warps=1)
+        cluster_gap = INVERSE_ITERATION.cluster_gap if step == rounds - 1 else INVERSE_ITERATION.early_cluster_gap
         gram_schmidt.orthonormalize(_transposed(columns, z, lengths), values, norm, cluster_gap)  # z, in place
     return repair(z, d, e, values, norm)[0]
 
 
 def repair(z: torch.Tensor, d: torch.Tensor, e: torch.Tensor, values: torch.Tensor, norm: torch.Tensor):
-    """z with every vector whose residual exceeds REPAIR_RESIDUAL eps ||T|| made orthogonal to the sound
-    ones (changed in place), and the residuals [batch, n]."""
+    """z with every vector whose residual exceeds `INVERSE_ITERATION.repair_residual` eps ||T|| made orthogonal to
+    the sound ones (changed in place), and the residuals [batch, n]."""
     batch, n, _ = z.shape
     block_n = triton.next_power_of_2(n)
     residual = empty(batch, n, device=z.device)
-    _repair_kernel[(batch,)](z, d, e, values, norm, residual, REPAIR_RESIDUAL * EPS, n, BLOCK_N=block_n, PANEL=PANEL,
-                             num_warps=vector_panel_warps(block_n))
+    _repair_kernel[(batch,)](z, d, e, values, norm, residual, INVERSE_ITERATION.repair_residual * EPS, n,
+                             BLOCK_N=block_n, PANEL=GRAM_SCHMIDT.panel,
+                             num_warps=GRAM_SCHMIDT.vector_panel_warps(block_n))
     return z, residual

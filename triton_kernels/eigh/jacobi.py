@@ -15,7 +15,7 @@ Padding rows and columns are zero off the diagonal, so they never mix with the m
 compute their rotation from the same averaged A[p, q], so they agree on it exactly. Each round then sets its
 pairs' A[p, q] to zero, as the rotations make them in exact arithmetic (computed, each keeps a remnant of about
 eps times its pair's diagonal, which held the largest off-diagonal element at a few eps, so that the stop below
-was rarely met and most calls ran JACOBI_MAX_SWEEPS sweeps). Sweeps stop once every off-diagonal element is
+was rarely met and most calls ran `JACOBI.max_sweeps` sweeps). Sweeps stop once every off-diagonal element is
 below eps.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import JACOBI_MAX_SWEEPS, jacobi_warps
+from kernel_support.eigh_common import JACOBI
 from .common import EPS, bounds_buffer, checked
 
 
@@ -86,7 +86,7 @@ def _jacobi_kernel(a_ptr, q_ptr, l_ptr, sweeps_ptr, bounds_ptr, tolerance, N: tl
     tl.store(sweeps_ptr + matrix, sweep)
 
 
-def on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
+def on_chip(a: torch.Tensor, max_sweeps: int = JACOBI.max_sweeps):
     """(V, diagonal, the sweeps taken [batch, 1] int32, the checks' bounds [batch, 3]) of the on-chip Jacobi,
     unsorted, for each matrix of a [batch, N, N]."""
     count, size, _ = a.shape
@@ -95,5 +95,5 @@ def on_chip(a: torch.Tensor, max_sweeps: int = JACOBI_MAX_SWEEPS):
     sweeps = torch.empty((count, 1), device=a.device, dtype=torch.int32)
     bounds = bounds_buffer(count, device=a.device)
     _jacobi_kernel[(count,)](a, vectors, values, sweeps, bounds, EPS, N=size, MAX_SWEEPS=max_sweeps,
-                             num_warps=jacobi_warps(size))
+                             num_warps=JACOBI.warps(size))
     return vectors, values, sweeps, bounds

@@ -3,9 +3,9 @@
 `_symmetrize_kernel` first (with the input's checks), then the reflectors, the trailing matrix in global memory.
 A large batch (or a small n) runs `_tridiagonalize_blocked_kernel`, one launch, one program per matrix, in panels
 (lower triangle read once per column, written once per panel); otherwise the same panels run over launches
-(`kernel_support.eigh_common.one_launch`): per column, `_panel_column_kernel` (one program a matrix) forms the reflector
-and `_panel_product_kernel` shares p = A v_j's rows among many programs; per panel, `_panel_update_kernel` tiles the
-trailing update.
+(`kernel_support.eigh_common.Tridiagonal.one_launch`): per column, `_panel_column_kernel` (one program a matrix)
+forms the reflector and `_panel_product_kernel` shares p = A v_j's rows among many programs; per panel,
+`_panel_update_kernel` tiles the trailing update.
 """
 from __future__ import annotations
 
@@ -13,12 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_support.eigh_common import (COLUMN_KERNEL_WARPS, MANY_TRIDIAGONAL_WARPS, OVER_LAUNCHES_PRODUCT_BLOCKS,
-                                        OVER_LAUNCHES_PRODUCT_ROWS, OVER_LAUNCHES_PRODUCT_WARPS, PANEL_CHUNK,
-                                        PANEL_UPDATE_COLS, PRODUCT_PROGRAMS, SYMMETRIC_PRODUCT_COLS,
-                                        SYMMETRIC_PRODUCT_WARP_ROWS, TRIDIAGONAL_COLS, TRIDIAGONAL_PANEL,
-                                        TRIDIAGONAL_ROWS, column_panel_chunk, one_launch, product_programs,
-                                        product_stages, row_blocks, tridiagonal_tile)
+from kernel_support.eigh_common import TRIDIAGONAL
 from .common import bounds_buffer, checked, empty, register_cap
 
 
@@ -388,14 +383,14 @@ def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.const
 
 
 def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: torch.device) -> int | None:
-    """Register cap a thread for the one-launch tridiagonalisation at a padded 512 on MANY_TRIDIAGONAL_WARPS warps,
-    where its programs outnumber what the SMs hold uncapped: TRIDIAGONAL_PROGRAMS_AN_SM programs share an SM instead
-    of the four that its uncapped register count lets in, so that a large batch runs in fewer waves, though each
-    thread spills. Set only where a driver A/B measured it faster
+    """Register cap a thread for the one-launch tridiagonalisation at a padded 512 on `TRIDIAGONAL.many_warps`
+    warps, where its programs outnumber what the SMs hold uncapped: TRIDIAGONAL_PROGRAMS_AN_SM programs share an
+    SM instead of the four that its uncapped register count lets in, so that a large batch runs in fewer
+    waves, though each thread spills. Set only where a driver A/B measured it faster
     (results/h200/experiments/eigh-variants/eigh-variants-register-cap-one-warp.json; the figures:
     docs/findings.md, "The eigh ports' tuning constants"). The Pallas port's Triton compiler parameters have
     no cap. None on CPU tensors (`compare.tools.hopper_compile`)."""
-    if warps != MANY_TRIDIAGONAL_WARPS or block_n != 512:
+    if warps != TRIDIAGONAL.many_warps or block_n != 512:
         return None
     return register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
                         device=device)
@@ -409,55 +404,57 @@ def _product_register_cap(programs: int, block_n: int, device: torch.device) -> 
     have no cap."""
     if block_n != 1024:
         return None
-    return register_cap(programs, uncapped_an_sm=3, programs_an_sm=4, warps=OVER_LAUNCHES_PRODUCT_WARPS,
+    return register_cap(programs, uncapped_an_sm=3, programs_an_sm=4, warps=TRIDIAGONAL.over_launches_product_warps,
                         device=device)
 
 
 def reduce(a: torch.Tensor, single: bool | None = None):
     """Householder tridiagonalisation of each A / max|A|: (w, d, e, tau, scale, the checks' bounds
     [batch, blocks, 3]), the reflectors in w's rows.
-    single: one launch, one program per matrix, blocked in panels of TRIDIAGONAL_PANEL columns (default:
-    kernel_support.eigh_common.one_launch); otherwise the same blocking over launches: two a column (the column's
-    product p = A v_j over many programs, `ports.eigh.product_programs`), two more a panel."""
+    single: one launch, one program per matrix, blocked in panels of `TRIDIAGONAL.panel` columns (default:
+    kernel_support.eigh_common.Tridiagonal.one_launch); otherwise the same blocking over launches: two a column (the
+    column's product p = A v_j over many programs, `Tridiagonal.product_programs`), two more a panel."""
     batch, n, _ = a.shape
-    block_n, rows, blocks = row_blocks(n)
+    block_n, rows, blocks = TRIDIAGONAL.row_blocks(n)
     w, partial = empty(batch, n, n, device=a.device), empty(batch, blocks, device=a.device)
     d, e, tau = (empty(batch, n, device=a.device) for _ in range(3))
     scale = empty(batch, device=a.device)
-    panel = empty(batch, 2 * TRIDIAGONAL_PANEL + 1, block_n, device=a.device)
+    nb = TRIDIAGONAL.panel
+    panel = empty(batch, 2 * nb + 1, block_n, device=a.device)
     bounds = bounds_buffer(batch, blocks, device=a.device)
     _symmetrize_kernel[(batch, blocks)](a, w, partial, bounds, n, BLOCK_N=block_n, ROWS=rows, num_warps=8)
-    if one_launch(batch, n) if single is None else single:
-        tile_rows, warps = tridiagonal_tile(batch)
-        product_cols = min(block_n, SYMMETRIC_PRODUCT_COLS)
+    if TRIDIAGONAL.one_launch(batch, n) if single is None else single:
+        tile_rows, warps = TRIDIAGONAL.tile(batch)
+        product_cols = min(block_n, TRIDIAGONAL.product_cols)
         products = empty(batch, block_n // product_cols, block_n, device=a.device)
         _tridiagonalize_blocked_kernel[(batch,)](w, d, e, tau, scale, partial, panel, products, n, blocks,
                                                  BLOCK_N=block_n, ROWS=tile_rows,
-                                                 PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                                                 CHUNK=PANEL_CHUNK, COLS=min(block_n, TRIDIAGONAL_COLS),
-                                                 PRODUCT_ROWS=SYMMETRIC_PRODUCT_WARP_ROWS * warps,
-                                                 PRODUCT_COLS=product_cols, PRODUCT_STAGES=product_stages(batch),
-                                                 num_warps=warps,
+                                                 PARTIALS=triton.next_power_of_2(blocks), NB=nb,
+                                                 CHUNK=TRIDIAGONAL.panel_chunk, COLS=min(block_n, TRIDIAGONAL.cols),
+                                                 PRODUCT_ROWS=TRIDIAGONAL.product_warp_rows * warps,
+                                                 PRODUCT_COLS=product_cols,
+                                                 PRODUCT_STAGES=TRIDIAGONAL.product_stages(batch), num_warps=warps,
                                                  maxnreg=_tridiagonal_register_cap(batch, warps, block_n, a.device))
         return w, d, e, tau, scale, bounds
-    sums = empty(batch, PRODUCT_PROGRAMS, block_n, device=a.device)
-    column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=TRIDIAGONAL_PANEL,
-                  CHUNK=column_panel_chunk(block_n), SHARES=PRODUCT_PROGRAMS, SHARE_ROWS=rows,
-                  num_warps=COLUMN_KERNEL_WARPS)
-    update_cols = min(block_n, PANEL_UPDATE_COLS)
-    product_cap = _product_register_cap(batch * product_programs(n - 1), block_n, a.device)  # column 0's programs
+    programs = TRIDIAGONAL.max_product_programs
+    sums = empty(batch, programs, block_n, device=a.device)
+    column = dict(BLOCK_N=block_n, PARTIALS=triton.next_power_of_2(blocks), NB=nb,
+                  CHUNK=TRIDIAGONAL.column_panel_chunk(block_n), SHARES=programs, SHARE_ROWS=rows,
+                  num_warps=TRIDIAGONAL.column_kernel_warps)
+    update_cols = min(block_n, TRIDIAGONAL.panel_update_cols)
+    product_cap = _product_register_cap(batch * TRIDIAGONAL.product_programs(n - 1), block_n, a.device)  # column 0's
     for j in range(n):
-        shares = product_programs(n - j)  # the programs of column j - 1's product
-        if j % TRIDIAGONAL_PANEL == 0 and j > 0:  # close the panel: its last w, then the trailing update
+        shares = TRIDIAGONAL.product_programs(n - j)  # the programs of column j - 1's product
+        if j % nb == 0 and j > 0:  # close the panel: its last w, then the trailing update
             _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
                                            FINISH_ONLY=True, **column)
-            grid = (batch, triton.cdiv(n - j, TRIDIAGONAL_ROWS), triton.cdiv(n - j, update_cols))
-            _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL_ROWS, COLS=update_cols,
-                                       NB=TRIDIAGONAL_PANEL, num_warps=4)
+            grid = (batch, triton.cdiv(n - j, TRIDIAGONAL.rows), triton.cdiv(n - j, update_cols))
+            _panel_update_kernel[grid](w, scale, panel, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL.rows, COLS=update_cols,
+                                       NB=nb, num_warps=4)
         _panel_column_kernel[(batch,)](w, d, e, tau, scale, partial, panel, sums, n, blocks, j, shares,
                                        FINISH_ONLY=False, **column)
-        _panel_product_kernel[(batch, product_programs(n - j - 1))](
-            w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=OVER_LAUNCHES_PRODUCT_ROWS, NB=TRIDIAGONAL_PANEL,
-            SHARES=PRODUCT_PROGRAMS, COLS=block_n // OVER_LAUNCHES_PRODUCT_BLOCKS,
-            num_warps=OVER_LAUNCHES_PRODUCT_WARPS, maxnreg=product_cap)
+        _panel_product_kernel[(batch, TRIDIAGONAL.product_programs(n - j - 1))](
+            w, scale, panel, sums, n, j, BLOCK_N=block_n, ROWS=TRIDIAGONAL.over_launches_product_rows, NB=nb,
+            SHARES=programs, COLS=block_n // TRIDIAGONAL.over_launches_product_blocks,
+            num_warps=TRIDIAGONAL.over_launches_product_warps, maxnreg=product_cap)
     return w, d, e, tau, scale, bounds
