@@ -4,9 +4,9 @@ n, and the kernels' size limit.
 The Triton and Pallas ports run the same algorithm, stage for stage, with the same values, so these live once, here,
 beside the spec (ports/eigh.py): one frozen dataclass a stage, each tunable a field with its default, the heuristics
 that read them its methods, and one instance a stage (`JACOBI`, `TRIDIAGONAL`, ...) that the ports import. What only
-one port uses lives in its stage module (the Pallas Jacobi's exchange warps, the Triton port's CUDA graphs). Each
-field says why in a comment; the A/B runs and CPU prototypes that chose it are in docs/findings.md, "The eigh ports'
-tuning constants".
+one port uses lives in its stage module, as a small dataclass of its own (the Pallas Jacobi's exchange warps, the
+Triton port's CUDA graphs). Each field says why in a comment; the A/B runs and CPU prototypes that chose it are in
+docs/findings.md, "The eigh ports' tuning constants".
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Jacobi:
     def warps(self, size: int) -> int:
         """Warps per program for the Triton port's N x N on-chip Jacobi (elementwise rounds): 4 up to N = 32 (faster
         than 8 there), 8 for N = 64. The Pallas port's rounds wait on its exchange through memory and take its own
-        JACOBI_EXCHANGE_WARPS."""
+        `PALLAS_JACOBI.exchange_warps`."""
         return 4 if size <= 32 else 8
 
 

@@ -43,7 +43,7 @@ def _jacobi(a, *, interpret):
     """(Q, L, the checks' bounds) by the on-chip Jacobi (n <= 64)."""
     batch, n, _ = a.shape
     size = JACOBI.size(n)
-    check_offsets(batch, size, jacobi.JACOBI_EXCHANGE_SLOTS)
+    check_offsets(batch, size, jacobi.PALLAS_JACOBI.exchange_slots)
     padded = jnp.pad(a, ((0, 0), (0, size - n), (0, size - n)))
     vectors, values, _, bounds = jacobi.on_chip(padded, interpret=interpret)
     vectors, values = vectors[:, :n, :n], values[:, :n]

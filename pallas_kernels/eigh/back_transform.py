@@ -4,6 +4,7 @@ form (the Triton port's `back_transform`).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -14,9 +15,16 @@ from kernel_support.eigh_common import BACK_TRANSFORM
 from .common import DOT_ALGORITHMS, barrier, dot_ieee, f32, masked_load, per_matrix, window
 
 
-BACK_TRANSFORM_STAGES = 2  # software-pipelining stages (Pallas's Triton num_stages) of the products: the fastest
-# of those tried under XLA's Triton; the Triton port's kernels ran alike at 1 to 3 and keep Triton's default 3
-# (docs/findings.md, "The eigh kernels, port by port")
+@dataclass(frozen=True)
+class PallasBackTransform:
+    """The Pallas port's own tunables of the back-transformation."""
+
+    stages: int = 2  # software-pipelining stages (Pallas's Triton num_stages) of the products: the fastest of those
+    # tried under XLA's Triton; the Triton port's kernels ran alike at 1 to 3 and keep Triton's default 3
+    # (docs/findings.md, "The eigh kernels, port by port")
+
+
+PALLAS_BACK_TRANSFORM = PallasBackTransform()
 
 
 def _compact_wy_kernel(tau_ref, _, w_ref, t_ref, *, n, reflectors, chunk):
@@ -133,7 +141,7 @@ def apply(w, tau, z, *, interpret):
         in_specs=[by_matrix, pl.BlockSpec((None, panels, reflectors, reflectors), lambda block, b: (b, 0, 0, 0)),
                   by_matrix],
         out_specs=(by_matrix, by_matrix), input_output_aliases={2: 0},
-        compiler_params=pltriton.CompilerParams(num_warps=warps, num_stages=BACK_TRANSFORM_STAGES),
+        compiler_params=pltriton.CompilerParams(num_warps=warps, num_stages=PALLAS_BACK_TRANSFORM.stages),
         interpret=interpret,
         name="eigh_back_transform",
     )(w, t, z)[1]

@@ -4,6 +4,7 @@ tensor-core products shared among programs a matrix (the Triton port's `gram_sch
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -14,9 +15,16 @@ from kernel_support.eigh_common import GRAM_SCHMIDT, INVERSE_ITERATION
 from .common import DOT_ALGORITHMS, EPS, LOOP_INDEX, barrier, f32, loop_index, masked_load, per_matrix, window
 
 
-GRAM_SCHMIDT_PROJECT_STAGES = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split project
-# kernel: XLA's Triton slows its two loops when it pipelines them over the default 3 (docs/findings.md, "The eigh
-# kernels, port by port")
+@dataclass(frozen=True)
+class PallasGramSchmidt:
+    """The Pallas port's own tunables of the clusters' Gram-Schmidt."""
+
+    project_stages: int = 1  # software-pipelining stages (Pallas's Triton num_stages) of the split project kernel:
+    # XLA's Triton slows its two loops when it pipelines them over the default 3 (docs/findings.md, "The eigh
+    # kernels, port by port")
+
+
+PALLAS_GRAM_SCHMIDT = PallasGramSchmidt()
 
 
 def _panel_needs_work(continued, inside, cluster, first_cluster):
@@ -277,7 +285,7 @@ def orthonormalize(z, values, norm, cluster_gap, split=None, *, interpret):
             out_shape=f32((batch, programs, GRAM_SCHMIDT.panel, n)), grid=(batch, programs),
             in_specs=[LOOP_INDEX, vector, scalar, scalar, scalar, matrix], out_specs=partials,
             compiler_params=pltriton.CompilerParams(num_warps=GRAM_SCHMIDT.warps,
-                                                    num_stages=GRAM_SCHMIDT_PROJECT_STAGES),
+                                                    num_stages=PALLAS_GRAM_SCHMIDT.project_stages),
             interpret=interpret,
             name="eigh_orthonormalize_project",
         )(step, values, norm, start, again, z)

@@ -16,6 +16,7 @@ every off-diagonal element is below eps.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -26,9 +27,16 @@ from kernel_support.eigh_common import JACOBI
 from .common import EPS, barrier, checked, f32, masked_load, per_matrix
 
 
-JACOBI_EXCHANGE_WARPS = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (the fastest of 1
-# to 8 warps at 20x32; docs/findings.md, "The eigh kernels, port by port")
-JACOBI_EXCHANGE_SLOTS = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
+@dataclass(frozen=True)
+class PallasJacobi:
+    """The Pallas port's own tunables of the on-chip Jacobi."""
+
+    exchange_warps: int = 8  # the on-chip Jacobi, whose rounds wait on the exchange through memory (the fastest of
+    # 1 to 8 warps at 20x32; docs/findings.md, "The eigh kernels, port by port")
+    exchange_slots: int = 4  # A and V, each in two slots used in turn: 4 N x N arrays a matrix in the buffer
+
+
+PALLAS_JACOBI = PallasJacobi()
 
 
 def _jacobi_kernel(a_ref, q_ref, l_ref, sweeps_ref, bounds_ref, exchange_ref, *, size, max_sweeps, tolerance,
@@ -103,11 +111,11 @@ def on_chip(a, max_sweeps=JACOBI.max_sweeps, *, interpret):
     vectors, values, sweeps, bounds, _ = pl.pallas_call(
         functools.partial(_jacobi_kernel, size=size, max_sweeps=max_sweeps, tolerance=EPS, interpret=interpret),
         out_shape=(f32((count, size, size)), f32((count, size)), jax.ShapeDtypeStruct((count, 1), jnp.int32),
-                   f32((count, 3)), f32((count, JACOBI_EXCHANGE_SLOTS, size, size))),  # the exchange's buffer
+                   f32((count, 3)), f32((count, PALLAS_JACOBI.exchange_slots, size, size))),  # the exchange's buffer
         grid=(count,), in_specs=[per_matrix(size, size)],
         out_specs=(per_matrix(size, size), per_matrix(size), per_matrix(1), per_matrix(3),
-                   per_matrix(JACOBI_EXCHANGE_SLOTS, size, size)),
-        compiler_params=pltriton.CompilerParams(num_warps=JACOBI_EXCHANGE_WARPS, num_stages=1),
+                   per_matrix(PALLAS_JACOBI.exchange_slots, size, size)),
+        compiler_params=pltriton.CompilerParams(num_warps=PALLAS_JACOBI.exchange_warps, num_stages=1),
         interpret=interpret, name="jacobi_eigh",
     )(a)
     return vectors, values, sweeps, bounds

@@ -22,6 +22,7 @@ constants".
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +36,18 @@ from .common import check_bounds
 # "divide_conquer" (`divide_conquer`: the candidate of issue 55, A/B'd on the H200 as a copy of this package with
 # this line changed, and not ready: docs/findings.md, "Divide and conquer's leaves and first GPU run")
 EIGENVECTORS = "inverse_iteration"
-CUDA_GRAPH_SHAPES = 4  # the port replays its path (Jacobi or tridiagonal) for fewer than
-# `TRIDIAGONAL.one_launch_batch` matrices from a CUDA graph, for this many shapes at most (0: launch every kernel from
-# Python): launches dominate there
+
+
+@dataclass(frozen=True)
+class TritonEigh:
+    """The Triton port's own tunables of the whole call."""
+
+    cuda_graph_shapes: int = 4  # the port replays its path (Jacobi or tridiagonal) for fewer than
+    # `TRIDIAGONAL.one_launch_batch` matrices from a CUDA graph, for this many shapes at most (0: launch every kernel
+    # from Python): launches dominate there
+
+
+TRITON_EIGH = TritonEigh()
 
 
 def _tridiagonal(a: torch.Tensor):
@@ -72,7 +82,7 @@ def _replayed(path, a: torch.Tensor):
     copy of this call's input: every kernel runs on every call, but the graph's launches (over launches two a
     column; four a Gram-Schmidt panel from n = 512; for n <= 64 the pad's, the Jacobi's, the sort's, the gather's and
     the bounds') cost one
-    launch from Python. The latest CUDA_GRAPH_SHAPES shapes keep their graphs (and memory)."""
+    launch from Python. The latest `TRITON_EIGH.cuda_graph_shapes` shapes keep their graphs (and memory)."""
     key = (path, EIGENVECTORS, tuple(a.shape), a.device)
     if key not in _GRAPHS:
         static_input = a.clone()
@@ -83,7 +93,7 @@ def _replayed(path, a: torch.Tensor):
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outputs = path(static_input)
         _GRAPHS[key] = (graph, static_input, outputs)
-        while len(_GRAPHS) > CUDA_GRAPH_SHAPES:
+        while len(_GRAPHS) > TRITON_EIGH.cuda_graph_shapes:
             _GRAPHS.popitem(last=False)
     _GRAPHS.move_to_end(key)
     graph, static_input, outputs = _GRAPHS[key]
@@ -101,7 +111,7 @@ def eigh(a: torch.Tensor):
         return torch.empty_like(a), torch.empty((batch, n), device=a.device, dtype=a.dtype)
     a = a.contiguous()
     path = _tridiagonal if n > JACOBI.max_n else _jacobi
-    if a.is_cuda and CUDA_GRAPH_SHAPES and not TRIDIAGONAL.shares_the_sms(batch):
+    if a.is_cuda and TRITON_EIGH.cuda_graph_shapes and not TRIDIAGONAL.shares_the_sms(batch):
         q, values, bounds = _replayed(path, a)
     else:
         q, values, bounds = path(a)

@@ -9,6 +9,8 @@ closest eigenvalues' vectors (`INVERSE_ITERATION.early_cluster_gap`), the last e
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -18,7 +20,14 @@ from . import gram_schmidt
 from .common import EPS, empty
 
 
-TRANSPOSE_TILE = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
+@dataclass(frozen=True)
+class TritonInverseIteration:
+    """The Triton port's own tunables of inverse iteration."""
+
+    transpose_tile: int = 64  # the vectors' transposes move 64 x 64 tiles (16 KB) a program
+
+
+TRITON_INVERSE_ITERATION = TritonInverseIteration()
 
 
 @triton.jit
@@ -235,8 +244,9 @@ def _transposed(src, dst, lengths=None):
     """dst [batch, n, n] = src's matrices transposed, each column of src over lengths [batch, n] if given: dst,
     written."""
     batch, n, _ = src.shape
-    _transpose_kernel[(batch, triton.cdiv(n, TRANSPOSE_TILE), triton.cdiv(n, TRANSPOSE_TILE))](
-        src, dst, src if lengths is None else lengths, n, BLOCK=TRANSPOSE_TILE, NORMALISE=lengths is not None,
+    tile = TRITON_INVERSE_ITERATION.transpose_tile
+    _transpose_kernel[(batch, triton.cdiv(n, tile), triton.cdiv(n, tile))](
+        src, dst, src if lengths is None else lengths, n, BLOCK=tile, NORMALISE=lengths is not None,
         num_warps=4)
     return dst
 

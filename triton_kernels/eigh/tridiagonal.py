@@ -9,6 +9,8 @@ forms the reflector and `_panel_product_kernel` shares p = A v_j's rows among ma
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -17,7 +19,14 @@ from kernel_support.eigh_common import TRIDIAGONAL
 from .common import bounds_buffer, checked, empty, register_cap
 
 
-TRIDIAGONAL_PROGRAMS_AN_SM = 6  # two-warp programs of the one-launch tridiagonalisation an SM, capped (168 registers)
+@dataclass(frozen=True)
+class TritonTridiagonal:
+    """The Triton port's own tunables of the tridiagonalisation."""
+
+    programs_an_sm: int = 6  # two-warp programs of the one-launch tridiagonalisation an SM, capped (168 registers)
+
+
+TRITON_TRIDIAGONAL = TritonTridiagonal()
 
 
 @triton.jit
@@ -384,15 +393,15 @@ def _panel_update_kernel(w_ptr, scale_ptr, panel_ptr, n, last, BLOCK_N: tl.const
 
 def _tridiagonal_register_cap(programs: int, warps: int, block_n: int, device: torch.device) -> int | None:
     """Register cap a thread for the one-launch tridiagonalisation at a padded 512 on `TRIDIAGONAL.many_warps`
-    warps, where its programs outnumber what the SMs hold uncapped: TRIDIAGONAL_PROGRAMS_AN_SM programs share an
-    SM instead of the four that its uncapped register count lets in, so that a large batch runs in fewer
+    warps, where its programs outnumber what the SMs hold uncapped: `TRITON_TRIDIAGONAL.programs_an_sm` programs
+    share an SM instead of the four that its uncapped register count lets in, so that a large batch runs in fewer
     waves, though each thread spills. Set only where a driver A/B measured it faster
     (results/h200/experiments/eigh-variants/eigh-variants-register-cap-one-warp.json; the figures:
     docs/findings.md, "The eigh ports' tuning constants"). The Pallas port's Triton compiler parameters have
     no cap. None on CPU tensors (`compare.tools.hopper_compile`)."""
     if warps != TRIDIAGONAL.many_warps or block_n != 512:
         return None
-    return register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRIDIAGONAL_PROGRAMS_AN_SM, warps=warps,
+    return register_cap(programs, uncapped_an_sm=4, programs_an_sm=TRITON_TRIDIAGONAL.programs_an_sm, warps=warps,
                         device=device)
 
 
