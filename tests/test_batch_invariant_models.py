@@ -208,6 +208,27 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
             assert total + 1e-3 >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
 
 
+@pytest.mark.parametrize("keys", [11, 40, 1030])  # rows of one chunk share a program; a longer row has its own
+def test_the_probabilities_bits_do_not_depend_on_how_many_rows_share_a_program(keys, monkeypatch):
+    from triton_kernels import row_reductions
+
+    gen = torch.Generator().manual_seed(keys)
+    batch, heads, queries = 2, 3, 5  # 30 rows: the last program of every tiling below is partly past the last row
+    scores = (torch.randn(batch * heads * queries, keys, generator=gen) * 4).to(DEVICE)
+    order = torch.stack([torch.randperm(keys, generator=gen) for _ in range(batch)]).to(DEVICE)
+    mask = (torch.rand(batch, queries, keys, generator=gen) > 0.3).to(DEVICE)
+    mask[0, 1] = False  # a row that sees no key (batch 0, query 1, every head): zeros
+    outputs = []
+    for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.AttentionTiling(),
+                   row_reductions.AttentionTiling(elements=8192, warps=8)):
+        monkeypatch.setattr(row_reductions, "ATTENTION", tiling)
+        outputs.append(row_reductions.attention_probabilities(scores, 0.3, order, mask, False, heads, queries, DTYPE))
+    assert [tiling.rows(keys) for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.ATTENTION)
+            ] == [1, 8192 // 64 if keys == 40 else 8192 // 16 if keys == 11 else 1]
+    assert not outputs[0].isnan().any() and bool((outputs[0][1::queries][:heads] == 0).all())
+    assert all(torch.equal(outputs[0].view(torch.int16), out.view(torch.int16)) for out in outputs[1:])
+
+
 def test_the_attention_probabilities_kernel_compiles_for_hopper_without_spills():
     script = """
 import torch
