@@ -17,7 +17,6 @@ Differences the language forces, against the Triton port:
   (not 16), hidden to at least 64 channels (zero weights: a padded channel is exactly 0 in left, right and the
   product, and its out-norm weight and bias are 0), and every tile of pairs is 64 pairs (the Triton port's 128),
   as in the Mosaic GPU port.
-- The mask is given to the kernel as float32.
 
 Not forced by the language: the LayerNorm and the projections are one kernel here, two in the other ports (their
 normed tensor goes through global memory). Same arithmetic, the same fp16 normed values: the bits did not move.
@@ -143,7 +142,7 @@ def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_ptr, gated
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, PAIRS, 16])
     b = row0 // pairs_per_batch
-    mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout)))
+    mask = gl.load(mask_ptr + row0 + gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout))).to(gl.float32)
     for group in gl.static_range(3):  # left, right (gated), out gate
         projection = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
         gate = gl.zeros([CHANNELS, PAIRS], gl.float32, layout)
@@ -290,7 +289,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     use_device_scratch()
     launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
-        mask.reshape(pairs).to(torch.float32), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
+        mask.reshape(pairs), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
         CHANNELS=channels, TILE_DIM=tiles.tile_dim, PAIRS=tiles.rows,
         W_LAYOUT=weight_layout, G_LAYOUT=pairs_layout,
         STAGES=tiles.project_stages, num_warps=tiles.project_warps)
