@@ -219,7 +219,7 @@ def test_the_probabilities_bits_do_not_depend_on_how_many_rows_share_a_program(k
     mask = (torch.rand(batch, queries, keys, generator=gen) > 0.3).to(DEVICE)
     mask[0, 1] = False  # a row that sees no key (batch 0, query 1, every head): zeros
     outputs = []
-    for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.AttentionTiling(),
+    for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.AttentionTiling(elements=2048),
                    row_reductions.AttentionTiling(elements=8192, warps=8)):
         monkeypatch.setattr(row_reductions, "ATTENTION", tiling)
         outputs.append(row_reductions.attention_probabilities(scores, 0.3, order, mask, False, heads, queries, DTYPE))
@@ -241,9 +241,11 @@ def launches(_):
                                            torch.ones(3, 1, 4097, dtype=torch.bool), False, 4, 5, torch.bfloat16)
     row_reductions.attention_probabilities(scores, 0.125, None, None, True, 4, 5, torch.bfloat16)
     row_reductions.attention_probabilities(scores[:, :513], 0.125, None, None, True, 4, 5, torch.bfloat16)  # one chunk
+    row_reductions.ATTENTION = row_reductions.AttentionTiling(elements=2048)  # two rows a program
+    row_reductions.attention_probabilities(scores[:, :513], 0.125, None, None, True, 4, 5, torch.bfloat16)
 
 kernels = compile_launches(launches, None, specialise=True)
-assert len(kernels) == 3 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
+assert len(kernels) == 4 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
 """
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],

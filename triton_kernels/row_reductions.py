@@ -1,7 +1,7 @@
 """Row reductions whose bits never depend on the number of rows, for the batch-invariant torch mode
 (batch_invariant.torch_mode).
 
-One program reduces one row (attention's probabilities: rows of one chunk side by side, each reduced alone), in
+One program reduces one row (attention's probabilities may take rows of one chunk side by side, each alone), in
 CHUNK-element chunks taken in order into a CHUNK-element float32 vector, which is then summed as a pairwise tree
 written out (`_tree_sum`): the order of every operation on a row depends on its length alone, never on how many rows
 there are (a library reduction may split a row across programs when rows are few, and so sum in another order), nor
@@ -32,9 +32,10 @@ _TREE_LEVELS = tl.constexpr(CHUNK.bit_length() - 1)  # halvings from CHUNK eleme
 @dataclass(frozen=True)
 class AttentionTiling:
     """The probabilities kernel's programs: rows of one chunk side by side, as many as hold `elements` scores (a
-    row's bits are its own whatever its neighbours), on `warps` warps; a longer row has a program of its own."""
+    row's bits are its own whatever its neighbours), on `warps` warps; a longer row has a program of its own. The
+    default is a row a program: rows side by side have not yet been timed on a GPU."""
 
-    elements: int = 2048
+    elements: int = 1
     warps: int = 4
 
     def rows(self, keys: int) -> int:
