@@ -3,6 +3,7 @@ the host clock to a device-wide synchronisation after the call (CUDA events woul
 or the sum of the call's kernel times from torch.profiler (which sees Triton, Pallas and XLA kernels alike)."""
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 
@@ -21,6 +22,21 @@ def median_after_warm_up(call, calls: int) -> float:
         call()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def median_kernel_us(function, data, runs: int = 10) -> float:
+    """Microseconds: the median over `runs` calls of `function(data)`'s kernel time (torch inputs), each call after
+    an L2 flush, as the driver's kernel timer takes it; one untimed call first (compiling, warming)."""
+    import statistics
+
+    function(data)
+    sync = _gpu_synchroniser()
+    return statistics.median(timed_call("kernels", function, "torch", data, sync)[1] for _ in range(runs)) * 1e6
+
+
+@functools.cache
+def _gpu_synchroniser():
+    return Synchroniser(on_gpu=True)  # its L2 flush buffer, made once
 
 
 def wait_for(output, on_gpu: bool = True) -> None:

@@ -229,6 +229,23 @@ def test_the_probabilities_bits_do_not_depend_on_how_many_rows_share_a_program(k
     assert all(torch.equal(outputs[0].view(torch.int16), out.view(torch.int16)) for out in outputs[1:])
 
 
+def test_the_tilings_tool_compares_each_tiling_with_the_first(capsys, monkeypatch):
+    from compare.tools import attention_tilings
+    from triton_kernels import row_reductions
+
+    assert attention_tilings.main(["--batches", "1,3", "--keys", "9", "--heads", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tilings = len(attention_tilings._tilings())
+    assert len(lines) == 4 * (1 + tilings) and sum("equal to the first" in line for line in lines) == 4 * tilings
+    assert lines[1].endswith("(the default)") and row_reductions.ATTENTION == row_reductions.AttentionTiling()
+
+    probabilities = row_reductions.attention_probabilities  # a tiling that moves a bit is named
+    monkeypatch.setattr(row_reductions, "attention_probabilities", lambda *args: probabilities(*args) + (
+        row_reductions.ATTENTION.elements == 2048))
+    attention_tilings.main(["--batches", "1", "--keys", "9", "--heads", "2"])
+    assert sum("2048 elements" in line and "DIFFERS" in line for line in capsys.readouterr().out.splitlines()) == 2
+
+
 def test_the_attention_probabilities_kernel_compiles_for_hopper_without_spills():
     script = """
 import torch

@@ -15,40 +15,18 @@ heuristic.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
 import torch
 
 from compare import gpu_or_interpreters
+from compare.timing import median_kernel_us
 
 TILINGS = [  # (tile_m, tile_n, tile_k, warps, stages); the first is the reference
     (128, 256, 64, 8, 3), (64, 64, 64, 4, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 256, 64, 8, 4),
     (64, 256, 64, 4, 3), (128, 128, 64, 4, 4), (128, 256, 32, 8, 4), (128, 256, 128, 8, 2),
     (64, 32, 64, 4, 4), (64, 32, 64, 4, 6), (64, 16, 64, 4, 6), (64, 64, 64, 4, 6), (64, 32, 128, 4, 4),
 ]
-
-
-KERNEL_RUNS = 10
-
-
-def _kernel_us(function, data) -> float:
-    """The median over KERNEL_RUNS calls of a call's kernel time, each call after an L2 flush, as the driver's kernel
-    timer takes it (with L2 warm, B's tiles at small M come out of L2, for cuBLAS as for the port)."""
-    import statistics
-
-    from compare.timing import timed_call
-
-    function(data)  # compiled and warm
-    runs = (timed_call("kernels", function, "torch", data, _synchroniser())[1] for _ in range(KERNEL_RUNS))
-    return statistics.median(runs) * 1e6
-
-
-@functools.cache
-def _synchroniser():
-    from compare.timing import Synchroniser
-
-    return Synchroniser(on_gpu=True)  # its 256 MiB flush buffer, made once
 
 
 def compare_tilings(m: int, n: int, k: int, on_gpu: bool):
@@ -62,7 +40,7 @@ def compare_tilings(m: int, n: int, k: int, on_gpu: bool):
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn((m, k), device=device, generator=gen).to(dtype)
     b = torch.randn((k, n), device=device, generator=gen).to(dtype)
-    cublas = _kernel_us(lambda d: d[0] @ d[1], (a, b)) if on_gpu else None
+    cublas = median_kernel_us(lambda d: d[0] @ d[1], (a, b)) if on_gpu else None
     print(f"M={m} N={n} K={k} {dtype} on {device}" + (f"; cuBLAS {cublas:.1f} us" if on_gpu else ""))
     chosen = matmul_tiling(m, n)
     tilings = [MatmulTiling(tile_m, tile_n, tile_k, warps=warps, stages=stages)
@@ -74,7 +52,7 @@ def compare_tilings(m: int, n: int, k: int, on_gpu: bool):
         difference = first_difference(out, reference)
         timing = ""
         if on_gpu:
-            times[tiles] = us = _kernel_us(lambda data: matmul(data, tiles), (a, b, "same"))
+            times[tiles] = us = median_kernel_us(lambda data: matmul(data, tiles), (a, b, "same"))
             timing = f"  {us:8.1f} us  {2 * m * n * k / us / 1e6:6.0f} TFLOP/s"
         bits = "equal to the first" if difference is None else f"DIFFERS: {difference}"
         print(f"{tiles.tile_m:4}x{tiles.tile_n:<4} k{tiles.tile_k:<4} {tiles.warps} warps {tiles.stages} stages: "
