@@ -289,7 +289,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     use_device_scratch()
     launch(_norm_project_kernel, (pairs // tiles.rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(),
-        mask.reshape(pairs), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
+        mask.contiguous().reshape(pairs), proj_weight, gated, batch, seq * seq, LAYER_NORM_EPS, DIM=dim,
         CHANNELS=channels, TILE_DIM=tiles.tile_dim, PAIRS=tiles.rows,
         W_LAYOUT=weight_layout, G_LAYOUT=pairs_layout,
         STAGES=tiles.project_stages, num_warps=tiles.project_warps)

@@ -235,7 +235,7 @@ def test_the_tilings_tool_compares_each_tiling_with_the_first(capsys, monkeypatc
 
     assert attention_tilings.main(["--batches", "1,3", "--keys", "9", "--heads", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    tilings = len(attention_tilings._tilings())
+    tilings = len(attention_tilings.tilings())
     assert len(lines) == 4 * (1 + tilings) and sum("equal to the first" in line for line in lines) == 4 * tilings
     assert lines[1].endswith("(the default)") and row_reductions.ATTENTION == row_reductions.AttentionTiling()
 

@@ -279,6 +279,23 @@ def test_triton_port_compiles_for_hopper(compile_for_hopper, options):
     assert status == 0 and "compiled for sm_90" in output, output
 
 
+@pytest.mark.parametrize("mask_dtype", ["int64", "float32"])
+def test_gluon_port_hands_its_kernel_a_contiguous_mask(mask_dtype, monkeypatch):
+    # the projection kernel reads the mask as B*N*N consecutive elements in its own dtype: a strided mask at an N the
+    # port does not pad (64) reaches it copied whole, never as a view whose gaps it would read (CPU tensors, the
+    # launches recorded instead of run)
+    from gluon_kernels import trimul as gluon
+
+    launches = []
+    monkeypatch.setattr(gluon, "launch", lambda kernel, grid, *args, **kwargs: launches.append(args))
+    monkeypatch.setattr(gluon, "refuse_non_finite", lambda *args: None)
+    x, mask, weights, config = spec.make_inputs(dict(SMOKE[-1], mask_dtype=mask_dtype), 1, "cpu")
+    assert x.shape[1] == 64 and not mask.is_contiguous()
+    gluon.trimul((x, mask, weights, config))
+    given = launches[0][3]
+    assert given.is_contiguous() and given.dtype == mask.dtype and torch.equal(given, mask.reshape(-1))
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels")
 @pytest.mark.parametrize("case", ["smoke:0", "test:4"], ids=["hidden32-dim32", "dim768"])
 def test_gluon_port_compiles_for_hopper(compile_for_hopper, case):

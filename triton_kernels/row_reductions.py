@@ -38,6 +38,13 @@ class AttentionTiling:
     elements: int = 1
     warps: int = 4
 
+    def __post_init__(self):
+        for name in ("elements", "warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1) or name == "warps" and value > 32:
+                raise ValueError(f"AttentionTiling.{name} must be a power of two{' up to 32' * (name == 'warps')}, "
+                                 f"got {value}")
+
     def rows(self, keys: int) -> int:
         return max(1, self.elements // _chunk(keys)) if keys <= CHUNK else 1
 

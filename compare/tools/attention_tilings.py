@@ -1,5 +1,6 @@
 """Which programs keep attention's probabilities' bits, and what each costs: the torch mode's probabilities kernel
-(`triton_kernels.row_reductions.attention_probabilities`) under each AttentionTiling of TILINGS, compared bitwise.
+(`triton_kernels.row_reductions.attention_probabilities`) under each AttentionTiling of `tilings()`, compared
+bitwise.
 
     python -m compare.tools.attention_tilings [--batches 8,64] [--keys 512] [--heads 32]
 
@@ -25,7 +26,7 @@ from compare.timing import median_kernel_us
 PADDING = 40  # the most left padding a sequence gets (each sequence's is random, below this and the keys)
 
 
-def _tilings():
+def tilings():
     from triton_kernels.row_reductions import AttentionTiling
 
     return [AttentionTiling(elements=1, warps=4), AttentionTiling(elements=1024, warps=2),
@@ -60,7 +61,7 @@ def compare_tilings(name: str, arguments, on_gpu: bool) -> None:
           + (f"; the scores' cast to {arguments[-1]} {floor:.1f} us" if on_gpu else ""), flush=True)
     kept, reference = row_reductions.ATTENTION, None
     try:
-        for tiling in _tilings():
+        for tiling in tilings():
             row_reductions.ATTENTION = tiling
             out = row_reductions.attention_probabilities(*arguments)
             reference = out if reference is None else reference
