@@ -96,6 +96,9 @@ def test_attention_without_a_gradient_has_the_definitions_bits(masked):
              "a decode step": (q[:, :, -1:], k, v, given(padded), False),
              "one mask for all": (q, k, v, given(causal), False),
              "a decode step over many keys": (q[:, :, -1:], long_k, long_v, given(long_padded[:, None, None]), False),
+             # the same mask laid out batch-innermost (the keys' order it gives is too): its values, not its strides
+             "a batch-innermost mask": (q, k, v, given(padded & causal).permute(1, 2, 3, 0).contiguous()
+                                        .permute(3, 0, 1, 2), False),
              # a position bias (T5's, ALiBi's) added to scores scaled by 1 / sqrt(8): rounded twice, not fused
              "a bias": (q, k, v, torch.randn(batch, 1, length, length, generator=gen).to(DEVICE, DTYPE), False)}
     with bi.batch_invariant():

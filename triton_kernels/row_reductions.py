@@ -335,6 +335,7 @@ def attention_probabilities(scores: torch.Tensor, scale: float, order, mask, cau
     of the definition's separate ops (scale, mask, softmax on the row kernel, zeros, rounding) in one pass."""
     rows, keys = scores.shape
     y = torch.empty((rows, keys), device=scores.device, dtype=dtype)
+    order = None if order is None else order.contiguous()  # read a row at a time: each row's keys side by side
     if rows and keys:
         kind = 0 if mask is None else 1 if mask.dtype == torch.bool else 2
         mask = scores if mask is None else mask.view(torch.uint8) if kind == 1 else mask
