@@ -229,6 +229,60 @@ def test_a_misaligned_operand_after_an_aligned_one_of_its_shape_keeps_the_bits(p
     assert spec.check((a, b, "same"), aligned, spec.reference((a, b, "same"))).passed
 
 
+def test_the_triton_port_takes_64_bit_offsets_where_a_matrix_passes_2_to_the_31_elements(monkeypatch):
+    # attention's scores at long context (a [group x T, T] product: T = 16385 with 8 query heads a key head) and a
+    # vocabulary's logits for many tokens pass 2**31 elements in one matrix, where 32-bit offsets wrap: which
+    # products take 64-bit offsets (shapes alone: meta tensors), and forcing them moves no bit
+    from triton_kernels import matmul as port
+
+    def meta(*shape):
+        return torch.empty(shape, device="meta", dtype=torch.bfloat16)
+
+    assert port._offsets_past_int32(meta(8 * 16385, 128), meta(128, 16385), meta(8 * 16385, 16385))
+    assert port._offsets_past_int32(meta(4096, 2048), meta(2048, 128256), meta(16745, 128256))  # C alone
+    assert not port._offsets_past_int32(meta(8 * 4096, 128), meta(128, 4096), meta(8 * 4096, 4096))
+    assert port._offsets_past_int32(meta(2, 2**31)[:, :4])  # a view of 8 elements in a wide buffer: strides count
+    gen = torch.Generator(device=DEVICE).manual_seed(7)
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    a, b = (torch.randn(shape, device=DEVICE, generator=gen).to(dtype) for shape in ((70, 136), (136, 40)))
+    narrow = port.matmul((a, b, "same"))
+    monkeypatch.setattr(port, "_offsets_past_int32", lambda *matrices: True)
+    assert first_difference(port.matmul((a, b, "same")), narrow) is None
+    assert first_difference(port.batched_matmul(a[None], b[None], "same")[0], narrow) is None
+    script = """
+from compare.tools.hopper_compile import compile_launches
+from ports import matmul as spec
+from triton_kernels import matmul as port
+
+multiplies = []
+for wide in (False, True):
+    port._offsets_past_int32 = lambda *matrices, wide=wide: wide
+    data = spec.make_inputs(spec.WORKLOAD.cases["smoke"][3], 1, "cpu")
+    kernels = compile_launches(port.matmul, data, specialise=True)
+    assert len(kernels) == 1 and kernels[0].error is None and not kernels[0].spilled_bytes, kernels
+    multiplies.append(kernels[0].ptx.count("mul.wide.s32") + kernels[0].ptx.count("mul.lo.s64"))
+assert multiplies[1] > multiplies[0], multiplies  # the offsets in 64 bits
+"""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_gpu
+def test_the_triton_port_computes_a_product_of_more_than_2_to_the_31_elements():
+    # C of 46341 x 46341 bf16 (4.3 GB): its last rows, past 2**31 elements, equal the same rows' product alone (the
+    # port's bits do not depend on M)
+    from triton_kernels import matmul as port
+
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    a = torch.randn((46341, 16), device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn((16, 46341), device="cuda", generator=gen).to(torch.bfloat16)
+    whole = port.matmul((a, b, "same"))
+    assert whole.numel() > 2**31 and first_difference(whole[-8:], port.matmul((a[-8:], b, "same"))) is None
+    del whole
+
+
 def test_gluon_gives_a_tma_descriptor_a_row_major_pitch():
     # torch counts a tensor of one row as contiguous whatever its row stride, and a TMA descriptor takes that stride
     # as its row pitch: the Gluon port failed on the H200 on x.t() of a [K, 1] column (strides (1, 1))

@@ -14,7 +14,8 @@ product's alone whatever the batch. `matmul` is the batch of one.
 
 Operands are read through their strides, row-major or transposed (a weight's `W.t()`, as `F.linear` passes it; a
 gradient's `x.t()`) without a copy; Triton specialises a stride of 1, so the contiguous case compiles as before.
-The dot is the same whichever way a tile was laid out, so the bits are too.
+The dot is the same whichever way a tile was laid out, so the bits are too. Offsets inside a matrix are 32-bit, or
+64-bit where one can reach 2**31 (a constexpr, so the common case's machine code is as it was).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from kernel_support.triton_launch import launch
 @triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_ab,
                    stride_bb, stride_cb, TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr,
-                   GROUP_M: tl.constexpr):
+                   GROUP_M: tl.constexpr, WIDE: tl.constexpr):
     pid = tl.program_id(0)
     matrix = tl.program_id(1).to(tl.int64)
     a_ptr += matrix * stride_ab
@@ -46,6 +47,8 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     rows = (first_m + (pid % per_group) % group_rows) * TILE_M + tl.arange(0, TILE_M)
     cols = ((pid % per_group) // group_rows) * TILE_N + tl.arange(0, TILE_N)
     ks = tl.arange(0, TILE_K)
+    if WIDE:  # an offset inside one matrix can reach 2**31 (`_offsets_past_int32`): offsets in 64 bits
+        rows, cols, ks = rows.to(tl.int64), cols.to(tl.int64), ks.to(tl.int64)
     acc = tl.zeros([TILE_M, TILE_N], tl.float32)
     for k0 in range(0, K, TILE_K):
         a = tl.load(a_ptr + rows[:, None] * stride_am + (k0 + ks)[None, :] * stride_ak,
@@ -74,6 +77,14 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTili
     return _launch(a, b, out, tiles)
 
 
+def _offsets_past_int32(*matrices: torch.Tensor) -> bool:
+    """Whether an element's offset inside one matrix of any of these (its row and column through their strides) can
+    reach 2**31, past the 32-bit offsets the kernel computes otherwise: a product with more than 2**31 elements in A,
+    B or C (attention's scores at long context, a vocabulary's logits for many tokens)."""
+    return any((x.shape[-2] - 1) * abs(x.stride(-2)) + (x.shape[-1] - 1) * abs(x.stride(-1)) >= 2**31
+               for x in matrices)
+
+
 def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | None) -> torch.Tensor:
     """a [M, K] @ b [K, N], or a [B, M, K] @ b [B, K, N] on the grid's second axis."""
     if a.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":  # as the batch-invariant mode does
@@ -90,5 +101,6 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: str, tiles: MatmulTiling | No
     # one product: batch strides 0, so that its launch, like its machine code, never depends on M
     batch_strides = (x.stride(0) if batch > 1 else 0 for x in (a, b, c))
     launch(_matmul_kernel, grid, a, b, c, m, n, k, *a.stride()[-2:], *b.stride()[-2:], c.stride(-2), *batch_strides,
-           tiles.tile_m, tiles.tile_n, tiles.tile_k, tiles.group_m, num_warps=tiles.warps, num_stages=tiles.stages)
+           tiles.tile_m, tiles.tile_n, tiles.tile_k, tiles.group_m, _offsets_past_int32(a, b, c), num_warps=tiles.warps,
+           num_stages=tiles.stages)
     return c
