@@ -211,44 +211,6 @@ def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
             assert total + 1e-3 >= sum(ms for _, ms in longest) > 0, longest  # the profiler saw the step's kernels
 
 
-@pytest.mark.parametrize("keys", [11, 40, 1030])  # rows of one chunk share a program; a longer row has its own
-def test_the_probabilities_bits_do_not_depend_on_how_many_rows_share_a_program(keys, monkeypatch):
-    from triton_kernels import row_reductions
-
-    gen = torch.Generator().manual_seed(keys)
-    batch, heads, queries = 2, 3, 5  # 30 rows: the last program of every tiling below is partly past the last row
-    scores = (torch.randn(batch * heads * queries, keys, generator=gen) * 4).to(DEVICE)
-    order = torch.stack([torch.randperm(keys, generator=gen) for _ in range(batch)]).to(DEVICE)
-    mask = (torch.rand(batch, queries, keys, generator=gen) > 0.3).to(DEVICE)
-    mask[0, 1] = False  # a row that sees no key (batch 0, query 1, every head): zeros
-    outputs = []
-    for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.AttentionTiling(elements=2048),
-                   row_reductions.AttentionTiling(elements=8192, warps=8)):
-        monkeypatch.setattr(row_reductions, "ATTENTION", tiling)
-        outputs.append(row_reductions.attention_probabilities(scores, 0.3, order, mask, False, heads, queries, DTYPE))
-    assert [tiling.rows(keys) for tiling in (row_reductions.AttentionTiling(elements=1), row_reductions.ATTENTION)
-            ] == [1, 8192 // 64 if keys == 40 else 8192 // 16 if keys == 11 else 1]
-    assert not outputs[0].isnan().any() and bool((outputs[0][1::queries][:heads] == 0).all())
-    assert all(torch.equal(outputs[0].view(torch.int16), out.view(torch.int16)) for out in outputs[1:])
-
-
-def test_the_tilings_tool_compares_each_tiling_with_the_first(capsys, monkeypatch):
-    from compare.tools import attention_tilings
-    from triton_kernels import row_reductions
-
-    assert attention_tilings.main(["--batches", "1,3", "--keys", "9", "--heads", "2"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    tilings = len(attention_tilings.tilings())
-    assert len(lines) == 4 * (1 + tilings) and sum("equal to the first" in line for line in lines) == 4 * tilings
-    assert lines[1].endswith("(the default)") and row_reductions.ATTENTION == row_reductions.AttentionTiling()
-
-    probabilities = row_reductions.attention_probabilities  # a tiling that moves a bit is named
-    monkeypatch.setattr(row_reductions, "attention_probabilities", lambda *args: probabilities(*args) + (
-        row_reductions.ATTENTION.elements == 2048))
-    attention_tilings.main(["--batches", "1", "--keys", "9", "--heads", "2"])
-    assert sum("2048 elements" in line and "DIFFERS" in line for line in capsys.readouterr().out.splitlines()) == 2
-
-
 def test_the_attention_probabilities_kernel_compiles_for_hopper_without_spills():
     script = """
 import torch
@@ -261,11 +223,9 @@ def launches(_):
                                            torch.ones(3, 1, 4097, dtype=torch.bool), False, 4, 5, torch.bfloat16)
     row_reductions.attention_probabilities(scores, 0.125, None, None, True, 4, 5, torch.bfloat16)
     row_reductions.attention_probabilities(scores[:, :513], 0.125, None, None, True, 4, 5, torch.bfloat16)  # one chunk
-    row_reductions.ATTENTION = row_reductions.AttentionTiling(elements=2048)  # two rows a program
-    row_reductions.attention_probabilities(scores[:, :513], 0.125, None, None, True, 4, 5, torch.bfloat16)
 
 kernels = compile_launches(launches, None, specialise=True)
-assert len(kernels) == 4 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
+assert len(kernels) == 3 and all(k.error is None and not k.spilled_bytes for k in kernels), kernels
 """
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],

@@ -1,14 +1,13 @@
 """Row reductions whose bits never depend on the number of rows, for the batch-invariant torch mode
 (batch_invariant.torch_mode).
 
-One program reduces one row (attention's probabilities may take rows of one chunk side by side, each alone), in
-CHUNK-element chunks taken in order into a CHUNK-element float32 vector, which is then summed as a pairwise tree
-written out (`_tree_sum`): the order of every operation on a row depends on its length alone, never on how many rows
-there are (a library reduction may split a row across programs when rows are few, and so sum in another order), nor
-on the register layout the compiler gives the vector (`tl.sum`'s tree follows that layout, which follows what the
-compiler can prove of the row's alignment). So the Pallas row kernel (pallas_kernels/row_reductions.py), the
-interpreters and these kernels give a row's sum the same bits. The rows are the input's last dimension; the arithmetic
-is float32 whatever the input's type, and the result is rounded once.
+One program reduces one row, in CHUNK-element chunks taken in order into a CHUNK-element float32 vector, which is
+then summed as a pairwise tree written out (`_tree_sum`): the order of every operation on a row depends on its
+length alone, never on how many rows there are (a library reduction may split a row across programs when rows are
+few, and so sum in another order), nor on the register layout the compiler gives the vector (`tl.sum`'s tree
+follows that layout, which follows what the compiler can prove of the row's alignment). So the Pallas row kernel
+(pallas_kernels/row_reductions.py), the interpreters and these kernels give a row's sum the same bits. The rows are the
+input's last dimension; the arithmetic is float32 whatever the input's type, and the result is rounded once.
 
 - softmax and log_softmax over the last dimension, and their backward passes; attention's probabilities from its
   scores, scaled and masked in the same pass;
@@ -18,7 +17,6 @@ is float32 whatever the input's type, and the result is rounded once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -27,29 +25,6 @@ from triton.language.extra import libdevice
 
 CHUNK = 1024  # elements of a row a step: a fixed size, so that a row's order depends on its length only
 _TREE_LEVELS = tl.constexpr(CHUNK.bit_length() - 1)  # halvings from CHUNK elements to one
-
-
-@dataclass(frozen=True)
-class AttentionTiling:
-    """The probabilities kernel's programs: rows of one chunk side by side, as many as hold `elements` scores (a
-    row's bits are its own whatever its neighbours), on `warps` warps; a longer row has a program of its own. The
-    default is a row a program: rows side by side have not yet been timed on a GPU."""
-
-    elements: int = 1
-    warps: int = 4
-
-    def __post_init__(self):
-        for name in ("elements", "warps"):
-            value = getattr(self, name)
-            if value < 1 or value & (value - 1) or name == "warps" and value > 32:
-                raise ValueError(f"AttentionTiling.{name} must be a power of two{' up to 32' * (name == 'warps')}, "
-                                 f"got {value}")
-
-    def rows(self, keys: int) -> int:
-        return max(1, self.elements // _chunk(keys)) if keys <= CHUNK else 1
-
-
-ATTENTION = AttentionTiling()
 
 
 @triton.jit
@@ -127,62 +102,51 @@ def _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, s
 
 
 @triton.jit
-def _tree_sum_rows(values):
-    """`_tree_sum` of each row of a [rows, power-of-two] block: the same additions, row by row."""
-    for _ in tl.static_range(_TREE_LEVELS):
-        if values.shape[1] > 1:
-            values = tl.sum(tl.reshape(values, [values.shape[0], 2, values.shape[1] // 2]), axis=1)
-    return tl.sum(values, axis=1)
-
-
-@triton.jit
-def _attention_softmax_kernel(s_ptr, order_ptr, mask_ptr, y_ptr, rows, keys, queries, heads, scale, order_batch,
+def _attention_softmax_kernel(s_ptr, order_ptr, mask_ptr, y_ptr, keys, queries, heads, scale, order_batch,
                               mask_batch, mask_query, mask_keys, ORDER: tl.constexpr, MASK: tl.constexpr,
-                              CAUSAL: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr,
+                              CAUSAL: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr,
                               LIBDEVICE: tl.constexpr):
-    """ROWS rows r (batch, head, query) of attention's probabilities: `_softmax_kernel`'s passes over
-    `_attention_scores`, zeros for a row that sees no key. Rows of one chunk (ONE_CHUNK) are read once and kept in
-    registers: the same operations, in the same order, as the passes make on each; longer rows come one a program
-    (ROWS 1)."""
-    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]  # [ROWS, 1]
+    """Row r (batch, head, query) of attention's probabilities: `_softmax_kernel`'s passes over `_attention_scores`,
+    zeros for a row that sees no key. A row of one chunk (ONE_CHUNK) is read once and kept in registers: the same
+    operations, in the same order, as the passes make on it."""
+    row = tl.program_id(0).to(tl.int64)
     query = row % queries
     batch = row // (queries * heads)
     s_ptr += row * keys
     y_ptr += row * keys
     order_ptr += batch * order_batch
     mask_ptr += batch * mask_batch + query * mask_query
-    offsets = tl.arange(0, CHUNK)[None, :]
-    length = tl.where(row < rows, keys, 0)  # [ROWS, 1]: a row past the last reads and writes nothing
+    offsets = tl.arange(0, CHUNK)
     if ONE_CHUNK:
-        x = _attention_scores(s_ptr, order_ptr, mask_ptr, length, 0, offsets, query, scale, mask_keys, ORDER, MASK,
+        x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, 0, offsets, query, scale, mask_keys, ORDER, MASK,
                               CAUSAL)
-        largest_value = tl.max(tl.maximum(tl.full([ROWS, CHUNK], float("-inf"), tl.float32), x), axis=1)  # NaN alike
-        empty = tl.sum((x != float("-inf")).to(tl.int32), axis=1) == 0
-        exps = _exp(x - largest_value[:, None], LIBDEVICE)
-        total_sum = _tree_sum_rows(tl.zeros([ROWS, CHUNK], tl.float32) + exps)
-        value = tl.where(empty[:, None], 0.0, exps / total_sum[:, None])
-        tl.store(y_ptr + offsets, value.to(y_ptr.dtype.element_ty), mask=offsets < length)
+        largest_value = tl.max(tl.maximum(tl.full([CHUNK], float("-inf"), tl.float32), x), axis=0)  # NaN alike
+        empty = tl.sum((x != float("-inf")).to(tl.int32), axis=0) == 0
+        exps = _exp(x - largest_value, LIBDEVICE)
+        total_sum = _tree_sum(tl.zeros([CHUNK], tl.float32) + exps)
+        value = tl.where(empty, 0.0, exps / total_sum)
+        tl.store(y_ptr + offsets, value.to(y_ptr.dtype.element_ty), mask=offsets < keys)
     else:
-        largest = tl.full([ROWS, CHUNK], float("-inf"), tl.float32)
-        seen = tl.zeros([ROWS, CHUNK], tl.int32)
+        largest = tl.full([CHUNK], float("-inf"), tl.float32)
+        seen = tl.zeros([CHUNK], tl.int32)
         for start in range(0, keys, CHUNK):
-            x = _attention_scores(s_ptr, order_ptr, mask_ptr, length, start, offsets, query, scale, mask_keys, ORDER,
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
                                   MASK, CAUSAL)
             largest = tl.maximum(largest, x)
             seen += (x != float("-inf")).to(tl.int32)
-        largest_value = tl.max(largest, axis=1)
-        total = tl.zeros([ROWS, CHUNK], tl.float32)
+        largest_value = tl.max(largest, axis=0)
+        total = tl.zeros([CHUNK], tl.float32)
         for start in range(0, keys, CHUNK):
-            x = _attention_scores(s_ptr, order_ptr, mask_ptr, length, start, offsets, query, scale, mask_keys, ORDER,
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
                                   MASK, CAUSAL)
-            total += _exp(x - largest_value[:, None], LIBDEVICE)
-        total_sum = _tree_sum_rows(total)
-        empty = tl.sum(seen, axis=1) == 0
+            total += _exp(x - largest_value, LIBDEVICE)
+        total_sum = _tree_sum(total)
+        empty = tl.sum(seen, axis=0) == 0
         for start in range(0, keys, CHUNK):
-            x = _attention_scores(s_ptr, order_ptr, mask_ptr, length, start, offsets, query, scale, mask_keys, ORDER,
+            x = _attention_scores(s_ptr, order_ptr, mask_ptr, keys, start, offsets, query, scale, mask_keys, ORDER,
                                   MASK, CAUSAL)
-            value = tl.where(empty[:, None], 0.0, _exp(x - largest_value[:, None], LIBDEVICE) / total_sum[:, None])
-            tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=start + offsets < length)
+            value = tl.where(empty, 0.0, _exp(x - largest_value, LIBDEVICE) / total_sum)
+            tl.store(y_ptr + start + offsets, value.to(y_ptr.dtype.element_ty), mask=start + offsets < keys)
 
 
 @triton.jit
@@ -340,14 +304,11 @@ def attention_probabilities(scores: torch.Tensor, scale: float, order, mask, cau
         kind = 0 if mask is None else 1 if mask.dtype == torch.bool else 2
         mask = scores if mask is None else mask.view(torch.uint8) if kind == 1 else mask
         strides = (0, 0, 0) if kind == 0 else tuple(mask.stride(i) if mask.shape[i] > 1 else 0 for i in range(3))
-        together = ATTENTION.rows(keys)
-        # no fused multiply-add: the scaled score is rounded before an additive mask is added, as the definition's
-        # separate ops round it
-        _attention_softmax_kernel[(triton.cdiv(rows, together),)](
-            scores.contiguous(), scores if order is None else order, mask, y, rows, keys, queries, heads, scale,
+        _attention_softmax_kernel[(rows,)](
+            scores.contiguous(), scores if order is None else order, mask, y, keys, queries, heads, scale,
             0 if order is None or order.shape[0] == 1 else order.stride(0), *strides, ORDER=order is not None,
-            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), ONE_CHUNK=keys <= CHUNK, ROWS=together,
-            LIBDEVICE=scores.is_cuda, num_warps=ATTENTION.warps, enable_fp_fusion=False)
+            MASK=kind, CAUSAL=causal, CHUNK=_chunk(keys), ONE_CHUNK=keys <= CHUNK, LIBDEVICE=scores.is_cuda,
+            enable_fp_fusion=False)  # the scaled score rounded before an additive mask is added, as the definition's
     return y
 
 
