@@ -269,3 +269,49 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
     assert not any(row["function"].startswith(("/", "~")) or ":\\" in row["function"] for row in profile), profile
     # two title lines, the pieces, then a blank line, the profile's title and header, its rows
     assert len(capsys.readouterr().out.splitlines()) == 2 + len(figures) + 3 + len(profile)
+
+
+STAND_IN_EVAL = '''import os, sys
+from pathlib import Path
+from ports.trimul import make_inputs
+from submission import custom_kernel
+
+mode, cases = sys.argv[1], Path(sys.argv[2]).read_text().splitlines()
+with os.fdopen(int(os.environ["POPCORN_FD"]), "w") as out:
+    out.write(f"seed: {os.environ['POPCORN_SEED']}\\n")
+    for index, line in enumerate(cases):
+        case = dict(part.split(": ") for part in line.split("; "))
+        data = make_inputs({"seqlen": int(case["seqlen"]), "bs": 1, "dim": 32, "hiddendim": 16, "nomask": True,
+                            "distribution": "normal"}, 0)
+        result = custom_kernel(data)
+        good = tuple(result.shape) == (1, int(case["seqlen"]), int(case["seqlen"]), 32) and case["bad"] == "no"
+        out.write(f"benchmark.{index}.spec: {line}\\n" + (f"benchmark.{index}.mean: {int(case['mean'])}\\n" if good
+                  else f"benchmark.{index}.status: fail\\nbenchmark.{index}.error: mismatch\\n"))
+    out.write(f"check: {'pass' if 'bad: yes' not in ''.join(cases) else 'fail'}\\n")
+'''
+
+
+def test_gpu_mode_eval_runs_a_port_as_the_harness_submission(tmp_path, capsys):
+    from compare.tools import gpu_mode_eval
+
+    pytest.importorskip("yaml", reason="task.yml is read with pyyaml (transformers, the models extra, brings it)")
+    problem = tmp_path / "trimul"
+    problem.mkdir()
+    (problem / "eval.py").write_text(STAND_IN_EVAL)
+    (problem / "task.yml").write_text('benchmarks:\n  - {"seqlen": 4, "bad": "no", "mean": 1000000}\n'
+                                      '  - {"seqlen": 5, "bad": "no", "mean": 4000000}\ntests: []\n')
+    assert gpu_mode_eval.case_lines(problem / "task.yml", "benchmark") == (
+        "seqlen: 4; bad: no; mean: 1000000\nseqlen: 5; bad: no; mean: 4000000\n")
+    out = tmp_path / "out"
+    assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch", "--seed", "7",
+                               "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "POPCORN_SEED=7" in printed and "torch: pass, 0 failure(s), geomean 2.0000 ms over 2" in printed
+    assert (out / "trimul-torch-benchmark.txt").read_text().startswith("seed: 7\n")
+
+    (problem / "task.yml").write_text('benchmarks:\n  - {"seqlen": 4, "bad": "yes", "mean": 1}\n')
+    assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch"]) == 1
+    assert "torch: fail, 2 failure(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "cuda_magic"])
+    assert "unknown implementation 'cuda_magic'" in capsys.readouterr().err

@@ -5,4 +5,5 @@ kernels they need live in the kernel packages).
 (where a call's GPU time goes), `one_call` (one call for an outside profiler), `hunt` (fresh inputs until the time
 runs out), `call_cost` (what a call costs besides its kernels) and `hopper_compile` (what a Triton port compiles to
 for sm_90, on any machine); `matmul_tilings` (which tilings keep the matmul's bits) and `mosaic_gpu_probe` (what
-Mosaic GPU can express of eigh's stages) stand alone."""
+Mosaic GPU can express of eigh's stages) stand alone, and so does `gpu_mode_eval` (GPU MODE's own eval.py on a
+port, from a checkout of its problems)."""
