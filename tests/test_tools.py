@@ -273,14 +273,15 @@ def test_call_cost_takes_a_ports_call_from_torch_apart(capsys, tmp_path):
 
 STAND_IN_EVAL = '''import os, sys
 from pathlib import Path
+from helpers import split_case
 from ports.trimul import make_inputs
 from submission import custom_kernel
 
 mode, cases = sys.argv[1], Path(sys.argv[2]).read_text().splitlines()
 with os.fdopen(int(os.environ["POPCORN_FD"]), "w") as out:
-    out.write(f"seed: {os.environ['POPCORN_SEED']}\\n")
+    out.write(f"seed: {os.environ.get('POPCORN_SEED', 'none')}\\n")
     for index, line in enumerate(cases):
-        case = dict(part.split(": ") for part in line.split("; "))
+        case = split_case(line)
         data = make_inputs({"seqlen": int(case["seqlen"]), "bs": 1, "dim": 32, "hiddendim": 16, "nomask": True,
                             "distribution": "normal"}, 0)
         result = custom_kernel(data)
@@ -289,29 +290,66 @@ with os.fdopen(int(os.environ["POPCORN_FD"]), "w") as out:
                   else f"benchmark.{index}.status: fail\\nbenchmark.{index}.error: mismatch\\n"))
     out.write(f"check: {'pass' if 'bad: yes' not in ''.join(cases) else 'fail'}\\n")
 '''
+STAND_IN_FILES = """files:
+  - {"name": "submission.py", "source": "@SUBMISSION@"}
+  - {"name": "eval.py", "source": "eval.py"}
+  - {"name": "helpers.py", "source": "../shared/helpers.py"}
+"""
 
 
 def test_gpu_mode_eval_runs_a_port_as_the_harness_submission(tmp_path, capsys):
     from compare.tools import gpu_mode_eval
 
     pytest.importorskip("yaml", reason="task.yml is read with pyyaml (transformers, the models extra, brings it)")
-    problem = tmp_path / "trimul"
+    problem, shared = tmp_path / "trimul", tmp_path / "shared"
     problem.mkdir()
+    shared.mkdir()
     (problem / "eval.py").write_text(STAND_IN_EVAL)
-    (problem / "task.yml").write_text('benchmarks:\n  - {"seqlen": 4, "bad": "no", "mean": 1000000}\n'
-                                      '  - {"seqlen": 5, "bad": "no", "mean": 4000000}\ntests: []\n')
+    (shared / "helpers.py").write_text(  # from outside the problem's folder, as eigh's utils.py comes
+        "def split_case(line):\n    return dict(part.split(': ') for part in line.split('; '))\n")
+    (problem / "task.yml").write_text(STAND_IN_FILES + 'benchmarks:\n  - {"seqlen": 4, "bad": "no", "mean": 1000000}'
+                                      '\n  - {"seqlen": 5, "bad": "no", "mean": 4000000}\ntests: []\n')
     assert gpu_mode_eval.case_lines(problem / "task.yml", "benchmark") == (
         "seqlen: 4; bad: no; mean: 1000000\nseqlen: 5; bad: no; mean: 4000000\n")
     out = tmp_path / "out"
-    assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch", "--seed", "7",
-                               "--out", str(out)]) == 0
+    assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "POPCORN_SEED=7" in printed and "torch: pass, 0 failure(s), geomean 2.0000 ms over 2" in printed
+    assert "the public cases" in printed and "torch: pass, 0 failure(s), geomean 2.0000 ms over 2" in printed
+    assert (out / "trimul-torch-benchmark.txt").read_text().startswith("seed: none\n")  # no seed: the public cases
+    gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch", "--seed", "7", "--out", str(out)])
+    assert "POPCORN_SEED=7" in capsys.readouterr().out
     assert (out / "trimul-torch-benchmark.txt").read_text().startswith("seed: 7\n")
 
-    (problem / "task.yml").write_text('benchmarks:\n  - {"seqlen": 4, "bad": "yes", "mean": 1}\n')
+    (problem / "task.yml").write_text(STAND_IN_FILES + 'benchmarks:\n  - {"seqlen": 4, "bad": "yes", "mean": 1}\n')
     assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch"]) == 1
-    assert "torch: fail, 2 failure(s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "torch: fail, 1 failure(s)" in printed and "benchmark.0.error: mismatch" in printed
     with pytest.raises(SystemExit):
         gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "cuda_magic"])
     assert "unknown implementation 'cuda_magic'" in capsys.readouterr().err
+    (shared / "helpers.py").unlink()
+    with pytest.raises(SystemExit):
+        gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch"])
+    assert "task.yml lists files not found" in capsys.readouterr().err
+
+
+def test_gpu_mode_eval_stops_the_harness_and_its_workers_at_the_timeout(tmp_path, capsys):
+    import time
+
+    from compare.tools import gpu_mode_eval
+
+    pytest.importorskip("yaml", reason="task.yml is read with pyyaml (transformers, the models extra, brings it)")
+    problem, shared = tmp_path / "trimul", tmp_path / "shared"
+    problem.mkdir()
+    shared.mkdir()
+    (shared / "helpers.py").write_text("")
+    late, worker = tmp_path / "late.txt", tmp_path / "worker.py"  # a worker left running writes after the timeout
+    worker.write_text(f"import time\ntime.sleep(3)\nopen({str(late)!r}, 'w').close()\n")
+    (problem / "eval.py").write_text(
+        f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, {str(worker)!r}])\ntime.sleep(30)\n")
+    (problem / "task.yml").write_text(STAND_IN_FILES + 'benchmarks:\n  - {"seqlen": 4}\n')
+    started = time.monotonic()
+    assert gpu_mode_eval.main([str(problem), "--workload", "trimul", "--impl", "torch", "--timeout", "1"]) == 1
+    assert time.monotonic() - started < 10 and "no verdict: stopped at --timeout" in capsys.readouterr().out
+    time.sleep(4)
+    assert not late.exists()
