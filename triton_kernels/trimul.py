@@ -28,111 +28,67 @@ import triton
 import triton.language as tl
 
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from kernel_support.trimul_common import TriMulTiling, kernel_tiling, padded_inputs, padded_length, scratch
+from kernel_support.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
+                                          scratch)
 from kernel_support.triton_launch import launch
 
 
-# the bounds the kernels find on the device, a float32 each: the largest |mask|, |left| and |right| as stored (atomic
-# maxima), and the powers of two left and right are stored times
-MASK_MAX, LEFT_MAX, RIGHT_MAX, LEFT_SCALE, RIGHT_SCALE = (tl.constexpr(slot) for slot in range(5))
-RANGES = 5
-
-
 @triton.jit
-def _below_float16(bound):
-    """The power of two that brings `bound` (a float32 scalar, >= 0) below 2**15, or 1: made from the exponent's bits,
-    so that it is exact and every program that computes it from the same bound gets the same bits."""
-    exponent = ((bound.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    return ((127 - tl.maximum(exponent - 14, 0)) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _normed_scale(norm_weight_ptr, norm_bias_ptr, DIM: tl.constexpr, TILE_DIM: tl.constexpr):
-    """(bound, scale): a bound on |LayerNorm(x) * gamma + beta| for any x (a normalised value is at most sqrt(DIM)
-    across), and `_below_float16` of it."""
-    cols = tl.arange(0, TILE_DIM)
-    gamma = tl.zeros([TILE_DIM], tl.float32)
-    beta = tl.zeros([TILE_DIM], tl.float32)
-    for d0 in range(0, DIM, TILE_DIM):
-        gamma = tl.maximum(gamma, tl.abs(tl.load(norm_weight_ptr + d0 + cols)))
-        beta = tl.maximum(beta, tl.abs(tl.load(norm_bias_ptr + d0 + cols)))
-    bound = tl.max(gamma, axis=0) * tl.sqrt(DIM * 1.0) + tl.max(beta, axis=0)
-    return bound, _below_float16(bound)
-
-
-@triton.jit
-def _product_scale(ranges_ptr, SEQ: tl.constexpr):
-    """`_below_float16` of a bound on the triangle products as stored: SEQ times the largest left and right values."""
-    return _below_float16(SEQ * tl.load(ranges_ptr + LEFT_MAX) * tl.load(ranges_ptr + RIGHT_MAX))
-
-
-@triton.jit
-def _row_statistics(x_rows, scale, eps, DIM: tl.constexpr, ROWS: tl.constexpr, TILE_DIM: tl.constexpr):
-    """Mean and sum of squared deviations of each row of x * scale (a row's factor) in one pass over x: per-chunk
-    mean and centred sum of squares, merged as Chan et al. do, so no large sums of squares cancel."""
+def _row_statistics(x_rows, eps, DIM: tl.constexpr, ROWS: tl.constexpr, TILE_DIM: tl.constexpr):
+    """Mean and 1/std of each row in one pass over x: per-chunk mean and centred sum of
+    squares, merged as Chan et al. do, so no large sums of squares cancel."""
     cols = tl.arange(0, TILE_DIM)
     mean = tl.zeros([ROWS], tl.float32)
     m2 = tl.zeros([ROWS], tl.float32)
     for d0 in range(0, DIM, TILE_DIM):
-        x = tl.load(x_rows + d0 + cols[None, :]) * scale[:, None]
+        x = tl.load(x_rows + d0 + cols[None, :])
         chunk_mean = tl.sum(x, axis=1) / TILE_DIM
         centred = x - chunk_mean[:, None]
         delta = chunk_mean - mean
         seen = (d0 + TILE_DIM) * 1.0
         mean += delta * (TILE_DIM / seen)
         m2 += tl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
-    return mean, m2
+    # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
+    # instead, which the port refuses (refuse_non_finite)
+    return mean, tl.where(m2 < float("inf"), 1.0 / tl.sqrt(m2 / DIM + eps), float("nan"))
 
 
 @triton.jit
-def _layer_norm_kernel(x_ptr, mask_ptr, norm_weight_ptr, norm_bias_ptr, xn_ptr, ranges_ptr, eps,
+def _layer_norm_kernel(x_ptr, norm_weight_ptr, norm_bias_ptr, xn_ptr, eps,
                        DIM: tl.constexpr, ROWS: tl.constexpr, TILE_DIM: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, TILE_DIM)
     x_rows = x_ptr + rows[:, None] * DIM
-    tl.atomic_max(ranges_ptr + MASK_MAX, tl.max(tl.abs(tl.load(mask_ptr + rows).to(tl.float32)), axis=0))
-    _, normed_scale = _normed_scale(norm_weight_ptr, norm_bias_ptr, DIM, TILE_DIM)
-    x_scale = tl.full([ROWS], 1.0, tl.float32)
-    mean, m2 = _row_statistics(x_rows, x_scale, eps, DIM, ROWS, TILE_DIM)
-    past_float32 = (m2 < float("inf")) == 0  # a row with |x| beyond about 1e19: its squares pass float32's range
-    if tl.max(past_float32.to(tl.int32), axis=0) > 0:
-        # that row again, scaled: LayerNorm does not see a row's common factor, and eps stays far below its variance
-        x_scale = tl.where(past_float32, 2.0 ** -64, 1.0)
-        mean, m2 = _row_statistics(x_rows, x_scale, eps, DIM, ROWS, TILE_DIM)
-    rstd = 1.0 / tl.sqrt(m2 / DIM + eps)
+    mean, rstd = _row_statistics(x_rows, eps, DIM, ROWS, TILE_DIM)
     for d0 in range(0, DIM, TILE_DIM):
-        x = tl.load(x_rows + d0 + cols[None, :]) * x_scale[:, None]
+        x = tl.load(x_rows + d0 + cols[None, :])
         gamma = tl.load(norm_weight_ptr + d0 + cols)
         beta = tl.load(norm_bias_ptr + d0 + cols)
         xn = (x - mean[:, None]) * rstd[:, None] * gamma[None, :] + beta[None, :]
-        tl.store(xn_ptr + rows[:, None] * DIM + d0 + cols[None, :], (xn * normed_scale).to(tl.float16))
+        tl.store(xn_ptr + rows[:, None] * DIM + d0 + cols[None, :], xn.to(tl.float16))
 
 
 @triton.jit
-def _project(xn_rows, weight_ptr, unscale, DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
+def _project(xn_rows, weight_ptr, DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
              TILE_DIM: tl.constexpr, GATED: tl.constexpr):
-    """([HIDDEN, ROWS] = W @ xn^T, with GATED times sigmoid(W_next @ xn^T), where xn is stored scaled by 1 / unscale;
-    the largest sum of |W|'s rows, W's gain)."""
+    """[HIDDEN, ROWS] = W @ xn^T; with GATED, times sigmoid(W_next @ xn^T)."""
     cols = tl.arange(0, TILE_DIM)
     w_rows = weight_ptr + tl.arange(0, HIDDEN)[:, None] * DIM + cols[None, :]
     value = tl.zeros([HIDDEN, ROWS], tl.float32)
     gate = tl.zeros([HIDDEN, ROWS], tl.float32)
-    gain = tl.zeros([HIDDEN], tl.float32)
     for d0 in range(0, DIM, TILE_DIM):
         xn = tl.load(xn_rows + d0 + cols[None, :])
-        w = tl.load(w_rows + d0)
-        value += tl.dot(w, tl.trans(xn))
-        gain += tl.sum(tl.abs(w.to(tl.float32)), axis=1)
+        value += tl.dot(tl.load(w_rows + d0), tl.trans(xn))
         if GATED:
             gate += tl.dot(tl.load(w_rows + HIDDEN * DIM + d0), tl.trans(xn))
     if GATED:
-        return value * unscale * tl.sigmoid(gate * unscale), tl.max(gain, axis=0)
-    return tl.sigmoid(value * unscale), tl.max(gain, axis=0)
+        return value * tl.sigmoid(gate)
+    return tl.sigmoid(value)
 
 
 @triton.jit
-def _gated_project_kernel(xn_ptr, mask_ptr, proj_weight_ptr, norm_weight_ptr, norm_bias_ptr, gated_ptr, ranges_ptr,
-                          batch, pairs_per_batch, DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
+def _gated_project_kernel(xn_ptr, mask_ptr, proj_weight_ptr, gated_ptr, batch, pairs_per_batch,
+                          DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
                           TILE_DIM: tl.constexpr):
     pid = tl.program_id(0)
     group = pid % 3  # 0 left, 1 right, 2 out gate
@@ -140,18 +96,11 @@ def _gated_project_kernel(xn_ptr, mask_ptr, proj_weight_ptr, norm_weight_ptr, no
     rows = row0 + tl.arange(0, ROWS)
     xn_rows = xn_ptr + rows[:, None] * DIM
     weight_ptr = proj_weight_ptr + 2 * group * HIDDEN * DIM
-    normed_bound, normed_scale = _normed_scale(norm_weight_ptr, norm_bias_ptr, DIM, TILE_DIM)
     if group < 2:
         mask = tl.load(mask_ptr + rows).to(tl.float32)
-        tile, gain = _project(xn_rows, weight_ptr, 1.0 / normed_scale, DIM, HIDDEN, ROWS, TILE_DIM, True)
-        # |tile| is at most W's gain times the normed bound times the largest |mask|, the same in every program of
-        # the group: scaled below float16's range by that bound's power of two
-        scale = _below_float16(gain * normed_bound * tl.load(ranges_ptr + MASK_MAX))
-        tile = tile * mask[None, :] * scale
-        tl.atomic_max(ranges_ptr + LEFT_MAX + group, tl.max(tl.max(tl.abs(tile), axis=1), axis=0))
-        tl.store(ranges_ptr + LEFT_SCALE + group, scale)
+        tile = _project(xn_rows, weight_ptr, DIM, HIDDEN, ROWS, TILE_DIM, True) * mask[None, :]
     else:
-        tile, _ = _project(xn_rows, weight_ptr, 1.0 / normed_scale, DIM, HIDDEN, ROWS, TILE_DIM, False)
+        tile = _project(xn_rows, weight_ptr, DIM, HIDDEN, ROWS, TILE_DIM, False)
     b = row0 // pairs_per_batch
     dest = (gated_ptr + ((group * batch + b) * HIDDEN + tl.arange(0, HIDDEN)[:, None]) * pairs_per_batch
             + (row0 - b * pairs_per_batch) + tl.arange(0, ROWS)[None, :])
@@ -159,7 +108,7 @@ def _gated_project_kernel(xn_ptr, mask_ptr, proj_weight_ptr, norm_weight_ptr, no
 
 
 @triton.jit
-def _triangle_kernel(gated_ptr, product_ptr, ranges_ptr, batch_hidden, SEQ: tl.constexpr,
+def _triangle_kernel(gated_ptr, product_ptr, batch_hidden, SEQ: tl.constexpr,
                      TILE_I: tl.constexpr, TILE_J: tl.constexpr, TILE_K: tl.constexpr):
     tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -172,13 +121,13 @@ def _triangle_kernel(gated_ptr, product_ptr, ranges_ptr, batch_hidden, SEQ: tl.c
     for k0 in range(0, SEQ, TILE_K):
         acc += tl.dot(tl.load(left + k0), tl.trans(tl.load(right + k0)))
     dest = product_ptr + bh * SEQ * SEQ + i[:, None] * SEQ + j[None, :]
-    tl.store(dest, (acc * _product_scale(ranges_ptr, SEQ)).to(tl.float16))
+    tl.store(dest, acc.to(tl.float16))
 
 
 @triton.jit
 def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_norm_bias_ptr,
-                             out_weight_t_ptr, out_ptr, ranges_ptr, batch_hidden, pairs_per_batch, eps,
-                             SEQ: tl.constexpr, DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
+                             out_weight_t_ptr, out_ptr, batch_hidden, pairs_per_batch, eps,
+                             DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
                              TILE_OUT: tl.constexpr):
     row0 = tl.program_id(0) * ROWS
     b = row0 // pairs_per_batch
@@ -188,21 +137,16 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_no
     product = tl.load(product_ptr + offsets).to(tl.float32)  # [HIDDEN, ROWS]
     mean = tl.sum(product, axis=0) / HIDDEN
     centred = product - mean[None, :]
-    # the product is stored times `scale` (a power of two): LayerNorm sees no common factor but eps's, given it here
-    scale = tl.load(ranges_ptr + LEFT_SCALE) * tl.load(ranges_ptr + RIGHT_SCALE) * _product_scale(ranges_ptr, SEQ)
-    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / HIDDEN + eps * (scale * scale))
+    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / HIDDEN + eps)
     gamma = tl.load(out_norm_weight_ptr + hidden)
     beta = tl.load(out_norm_bias_ptr + hidden)
-    # the gated, normalised product is at most max |gamma| sqrt(HIDDEN) + max |beta|: below float16's range after
-    # out_scale, taken off after the projection
-    out_scale = _below_float16(tl.max(tl.abs(gamma), axis=0) * tl.sqrt(HIDDEN * 1.0) + tl.max(tl.abs(beta), axis=0))
     out_gate = tl.load(gated_ptr + 2 * batch_hidden * pairs_per_batch + offsets).to(tl.float32)
-    normed = ((centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * out_gate * out_scale).to(tl.float16)
+    normed = ((centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * out_gate).to(tl.float16)
     cols = tl.arange(0, TILE_OUT)
     out_rows = out_ptr + (row0 + tl.arange(0, ROWS))[:, None] * DIM + cols[None, :]
     for d0 in range(0, DIM, TILE_OUT):
         w = tl.load(out_weight_t_ptr + hidden[:, None] * DIM + d0 + cols[None, :])  # [HIDDEN, TILE_OUT]
-        tl.store(out_rows + d0, tl.dot(tl.trans(normed), w) * (1.0 / out_scale))
+        tl.store(out_rows + d0, tl.dot(tl.trans(normed), w))
 
 
 @functools.lru_cache(maxsize=4096)  # a share of a call's host path otherwise (experiments/cached-launch)
@@ -217,9 +161,8 @@ def triton_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
 def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
 
-    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. No finite input overflows
-    the float16 intermediates, and nothing is read back on the host: each is stored times a power of two that keeps it
-    below 2**15, from bounds the kernels find on the device (`RANGES`).
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
+    Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data, "torch")
     x, mask, weights, config = data
@@ -239,22 +182,21 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
     product = allocate((batch * hidden, seq * seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
-    ranges = torch.zeros(RANGES, device=x.device, dtype=torch.float32)  # maxima taken by atomics: from zero
-    mask = mask.contiguous()
-    norm_weight, norm_bias = weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous()
 
     launch(_layer_norm_kernel, (pairs // tiles.norm_rows,),
-        x.contiguous(), mask, norm_weight, norm_bias, normed, ranges, LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows,
-        TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps, num_stages=tiles.stages)
+        x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
+        LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
+        num_stages=tiles.stages)
     launch(_gated_project_kernel, (3 * pairs // tiles.rows,),
-        normed, mask, proj_weight, norm_weight, norm_bias, gated, ranges, batch, seq * seq, DIM=dim, HIDDEN=hidden,
+        normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
     launch(_triangle_kernel, ((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
-        gated, product, ranges, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
+        gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
     launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
         product, gated, weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
-        out_weight_t, out, ranges, batch * hidden, seq * seq, LAYER_NORM_EPS, SEQ=seq, DIM=dim, HIDDEN=hidden,
-        ROWS=tiles.output_rows, TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
+        out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
+        TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
+    refuse_non_finite(out[..., 0].sum(), "triton")
     return out if seq == length else out[:, :length, :length].contiguous()
