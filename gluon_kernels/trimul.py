@@ -31,9 +31,9 @@ import torch
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load, use_device_scratch, warpgroup_mma
 from gluon_kernels import warpgroup_mma_wait
 from gluon_kernels.matmul import k_loop, shared_layout, store_tile
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from kernel_support.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_inputs,
-                                          padded_length, refuse_non_finite, scratch)
+from ports.trimul import LAYER_NORM_EPS, validate
+from kernel_support.trimul_common import (check_kernel_sizes, float16_weights, largest_power_of_two_dividing,
+                                          padded_inputs, padded_length, refuse_flagged, scratch)
 from kernel_support.triton_launch import launch
 
 SEQUENCE_MULTIPLE = 64  # N as the kernels get it (see the module's docstring)
@@ -127,7 +127,7 @@ def _norm_project_kernel(x_ptr, gamma_ptr, beta_ptr, mask_ptr, weight_ptr, gated
         mean += delta * (TILE_DIM / seen)
         m2 += gl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
     # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
-    # instead, which the port refuses (refuse_non_finite)
+    # instead, which the port refuses (refuse_flagged)
     rstd = gl.where(m2 < float("inf"), 1.0 / gl.sqrt(m2 / DIM + eps), float("nan"))
     xn_smem = gl.allocate_shared_memory(gl.float16, [CHUNKS, PAIRS, TILE_DIM],
                                         gl.NVMMASharedLayout.get_default_for([PAIRS, TILE_DIM], gl.float16))
@@ -191,10 +191,11 @@ def _triangle_kernel(gated_ptr, product_ptr, batch_channels, SEQ: gl.constexpr, 
 
 
 @gluon.jit
-def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight_ptr, out_ptr, batch_channels,
-                             pairs_per_batch, eps, HIDDEN: gl.constexpr, WIDTH: gl.constexpr, CHANNELS: gl.constexpr,
-                             PAIRS: gl.constexpr, TILE_OUT: gl.constexpr, IN_LAYOUT: gl.constexpr,
-                             W_LAYOUT: gl.constexpr, OUT_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight_ptr, out_ptr, flags_ptr,
+                             batch_channels, pairs_per_batch, eps, HIDDEN: gl.constexpr, WIDTH: gl.constexpr,
+                             CHANNELS: gl.constexpr, PAIRS: gl.constexpr, TILE_OUT: gl.constexpr,
+                             IN_LAYOUT: gl.constexpr, W_LAYOUT: gl.constexpr, OUT_LAYOUT: gl.constexpr,
+                             num_warps: gl.constexpr):
     """product_desc and gated_desc channel-major, [B * channels, N * N] and [3 * B * channels, N * N], in
     [channels, pairs] tiles; weight_desc: to_out's weight transposed, [channels, width], in [channels, tile_out]
     tiles; channels >= HIDDEN, the padded ones exactly 0 in the product (see the module's docstring)."""
@@ -232,7 +233,10 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, gamma_ptr, beta_ptr, weight
     beta = gl.load(beta_ptr + channel)
     gate = inputs.index(1).load(tile).to(gl.float32)
     normed = (centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * gate
-    normed_smem = gl.allocate_shared_memory(gl.float16, [CHANNELS, PAIRS], product_desc.layout, normed.to(gl.float16))
+    normed = normed.to(gl.float16)
+    not_finite = gl.max(gl.max(((normed != normed) | (gl.abs(normed) == float("inf"))).to(gl.int32), axis=1), axis=0)
+    gl.store(flags_ptr, 1, mask=not_finite > 0)  # the range check's flag (refuse_flagged)
+    normed_smem = gl.allocate_shared_memory(gl.float16, [CHANNELS, PAIRS], product_desc.layout, normed)
     fence_async_shared()  # the tile's stores, before wgmma reads it
 
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -255,7 +259,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)` on a CUDA GPU; returns [B, N, N, dim] float32.
 
     poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
-    Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
+    Float16RangeError where the input overflows the float16 intermediates (`refuse_flagged`).
     """
     validate(data, "torch")
     x, mask, weights, config = data
@@ -268,17 +272,12 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     pairs = batch * seq * seq
     allocate = scratch(x.device, poison)
 
-    def by_channel(w):  # hidden padded to `channels` with zeros (no copy where none are padded)
-        return w if channels == hidden else torch.nn.functional.pad(w, (0,) * (2 * w.dim() - 1) + (channels - hidden,))
+    def by_channel(w):  # a [hidden] vector padded to `channels` with zeros (no copy where none are padded)
+        return w if channels == hidden else torch.nn.functional.pad(w, (0, channels - hidden))
 
-    # the weights in float16, each cast in one copy: concatenated into its buffer, transposed as it is cast
-    proj_weight = torch.cat([by_channel(weights[f"{name}.weight"]) for name in PROJECTIONS],
-                            out=torch.empty((len(PROJECTIONS) * channels, dim), device=x.device, dtype=torch.float16))
-    out_weight_t = by_channel(weights["to_out.weight"].t()).to(torch.float16, memory_format=torch.contiguous_format)
+    # the weights in float16, padded to `channels` rows, in one launch
+    proj_weight, out_weight_t, flags = float16_weights(weights, hidden, channels, dim, launch)
     gated = allocate((3 * batch * channels, seq * seq), torch.float16)
-    product = allocate((batch * channels * seq, seq), torch.float16)
-    out = allocate((pairs, dim), torch.float32)
-
     tiles = gluon_trimul_tiling(seq, dim, channels)
     pairs_layout = shared_layout((channels, tiles.rows), torch.float16)  # the gated and product tiles of pairs
     weight_layout = shared_layout((channels, tiles.tile_dim), torch.float16)
@@ -293,14 +292,17 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         CHANNELS=channels, TILE_DIM=tiles.tile_dim, PAIRS=tiles.rows,
         W_LAYOUT=weight_layout, G_LAYOUT=pairs_layout,
         STAGES=tiles.project_stages, num_warps=tiles.project_warps)
+    # the rest is set up while the norm-projection runs: the GPU waits for no host work it does not need
+    product = allocate((batch * channels * seq, seq), torch.float16)
+    out = allocate((pairs, dim), torch.float32)
     launch(_triangle_kernel, ((seq // tiles.tile_i) ** 2, batch * channels),
         gated, product, batch * channels, SEQ=seq, TILE=tiles.tile_i,
         G_LAYOUT=gated_layout, P_LAYOUT=product_layout, STAGES=tiles.contract_stages, num_warps=tiles.contract_warps)
     launch(_out_norm_project_kernel, (pairs // tiles.rows,),
         product, gated, by_channel(weights["to_out_norm.weight"]).contiguous(),
-        by_channel(weights["to_out_norm.bias"]).contiguous(), out_weight_t, out, batch * channels, seq * seq,
+        by_channel(weights["to_out_norm.bias"]).contiguous(), out_weight_t, out, flags, batch * channels, seq * seq,
         LAYER_NORM_EPS, HIDDEN=hidden, WIDTH=dim, CHANNELS=channels, PAIRS=tiles.rows, TILE_OUT=tiles.tile_out,
         IN_LAYOUT=pairs_layout, W_LAYOUT=out_weight_layout, OUT_LAYOUT=out_layout, num_warps=tiles.output_warps)
     out = out.view(batch, seq, seq, dim)
-    refuse_non_finite(out[..., 0].sum(), "gluon")
+    refuse_flagged(flags, "gluon")
     return out if seq == length else out[:, :length, :length].contiguous()

@@ -1,5 +1,6 @@
 """What the TriMul kernel ports share: their tiling and the heuristic that picks it, the sequence padding, scratch
-buffers, the sizes the kernels take and the refusal of inputs beyond their float16 range."""
+buffers, the sizes the kernels take, the refusal of inputs beyond their float16 range, and (for the torch ports) the
+weights cast to float16 in one launch, with the range flags that launch sets up."""
 from __future__ import annotations
 
 import functools
@@ -9,6 +10,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ports.trimul import PROJECTIONS
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,16 @@ class Float16RangeError(ValueError):
     """A TriMul kernel port's float16 intermediates could not hold this input's range, or the input is not finite."""
 
 
+def _refusal(port: str) -> Float16RangeError:
+    return Float16RangeError(
+        f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
+        f"(the projections and the triangle products must stay within +-65504), or the input holds inf or NaN; "
+        f"the float32 implementations (torch, torch_compile, jax_xla) take such inputs")
+
+
 def refuse_non_finite(column_sum, port: str) -> None:
     """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output (a 0-d tensor or array),
-    is finite.
+    is finite (the JAX ports' range check; the torch ports read `range_flags` instead).
 
     The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
     largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as
@@ -120,7 +132,69 @@ def refuse_non_finite(column_sum, port: str) -> None:
     if jax is not None and isinstance(column_sum, jax.Array):  # read by torch: JAX's own float() is slower
         column_sum = torch.from_dlpack(column_sum)  # (results/h200/experiments/call-cost-profiles/)
     if not math.isfinite(float(column_sum)):
-        raise Float16RangeError(
-            f"the {port} TriMul port's output is not finite: this input's range overflows its float16 intermediates "
-            f"(the projections and the triangle products must stay within +-65504), or the input holds inf or NaN; "
-            f"the float32 implementations (torch, torch_compile, jax_xla) take such inputs")
+        raise _refusal(port)
+
+
+@triton.jit
+def any_not_finite(value):
+    """1 where an element of the 2-d tile `value` is inf or NaN, else 0 (an int32 scalar)."""
+    return tl.max(tl.max(((value != value) | (tl.abs(value) == float("inf"))).to(tl.int32), axis=1), axis=0)
+
+
+WEIGHT_BLOCK = 128  # the most columns of a weight matrix one program of `_float16_weights_kernel` casts
+
+
+@triton.jit
+def _float16_weights_kernel(left_proj_ptr, left_gate_ptr, right_proj_ptr, right_gate_ptr, out_gate_ptr, to_out_ptr,
+                            out_ptr, flags_ptr, HIDDEN: tl.constexpr, CHANNELS: tl.constexpr, DIM: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    """Program (m, c): columns [c*BLOCK, (c+1)*BLOCK) of weight matrix m as float16 into out [6, CHANNELS, DIM]: the
+    five projections' [HIDDEN, DIM] weights as they are, to_out's [DIM, HIDDEN] transposed, each padded with zero
+    rows up to CHANNELS. Each program writes its flag, flags[1 + m * (DIM // BLOCK) + c], 1 where a value it wrote is
+    not finite (a weight beyond float16's range, or inf or NaN), and program (0, 0) zeroes flags[0], which the port's
+    output kernel sets later in the call."""
+    matrix = tl.program_id(0)
+    chunk = tl.program_id(1)
+    source = left_proj_ptr
+    if matrix == 1:
+        source = left_gate_ptr
+    if matrix == 2:
+        source = right_proj_ptr
+    if matrix == 3:
+        source = right_gate_ptr
+    if matrix == 4:
+        source = out_gate_ptr
+    if matrix == 5:
+        source = to_out_ptr
+    rows = tl.arange(0, CHANNELS)[:, None]
+    cols = chunk * BLOCK + tl.arange(0, BLOCK)[None, :]
+    offsets = tl.where(matrix == 5, cols * HIDDEN + rows, rows * DIM + cols)
+    value = tl.load(source + offsets, mask=rows < HIDDEN, other=0.0).to(tl.float16)
+    tl.store(out_ptr + (matrix * CHANNELS + rows) * DIM + cols, value)
+    tl.store(flags_ptr + 1 + matrix * (DIM // BLOCK) + chunk, any_not_finite(value))
+    if matrix == 0 and chunk == 0:
+        tl.store(flags_ptr, 0)
+
+
+def float16_weights(weights: dict, hidden: int, channels: int, dim: int, launch):
+    """The five projection weights and to_out's, in float16 with their rows padded to `channels` with zeros, in one
+    launch (through the port's `launch`): ([5 * channels, dim] projections stacked in PROJECTIONS' order,
+    [channels, dim] to_out's weight transposed, the range flags). The flags ([1 + 6 * dim / block] int32) are set by
+    the launch's programs and, in flags[0], by the port's output kernel: `refuse_flagged` reads them."""
+    block = largest_power_of_two_dividing(dim, WEIGHT_BLOCK)
+    device = weights["to_out.weight"].device
+    out = torch.empty((6 * channels, dim), device=device, dtype=torch.float16)
+    flags = torch.empty((1 + 6 * (dim // block),), device=device, dtype=torch.int32)
+    launch(_float16_weights_kernel, (6, dim // block),
+           *(weights[f"{name}.weight"].contiguous() for name in PROJECTIONS), weights["to_out.weight"].contiguous(),
+           out, flags, HIDDEN=hidden, CHANNELS=channels, DIM=dim, BLOCK=block, num_warps=4)
+    return out[:5 * channels], out[5 * channels:], flags
+
+
+def refuse_flagged(flags: torch.Tensor, port: str) -> None:
+    """Raise Float16RangeError where a range flag of the call (`float16_weights`) is set: a float16 weight or
+    normalised product not finite. The torch ports' range check: the flags are set inside kernels the call runs
+    anyway, so its cost is one small read back (a synchronisation), and it misses no float16 value the output is
+    made from: every one is a weight, or feeds the output LayerNorm's normalised product (see refuse_non_finite)."""
+    if any(flags.tolist()):
+        raise _refusal(port)

@@ -177,6 +177,40 @@ def test_x_beyond_the_layer_norms_float32_range_is_refused_by_every_kernel_port(
         run_port(port, (big, mask, weights, config))
 
 
+@pytest.mark.parametrize("name", ["to_out.weight", "to_out_norm.weight"])
+@pytest.mark.parametrize("port", PORTS)
+def test_output_weights_beyond_float16_are_refused_by_every_kernel_port(port, name):
+    # x1e6: to_out's weight itself leaves float16's range as it is cast; the output LayerNorm's gain makes the
+    # normalised product leave it, after every other intermediate was in range
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
+    with pytest.raises(Float16RangeError, match="overflows its float16 intermediates"):
+        run_port(port, (x, mask, dict(weights, **{name: weights[name] * 1e6}), config))
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_a_refused_call_leaves_nothing_that_refuses_the_next(port):
+    # the torch ports' range flags are set inside the call's kernels: a refusal's flags must not survive into the
+    # next call, whose buffers may reuse their memory
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
+    large = {name: value * 50 if name in LEFT_RIGHT else value for name, value in weights.items()}
+    with pytest.raises(Float16RangeError):
+        run_port(port, (x, mask, large, config))
+    data = (x, mask, weights, config)
+    verdict = spec.check(data, run_port(port, data), spec.reference(data))
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_strided_weights_give_the_contiguous_weights_bits(port):
+    # a caller's weights may be views (a transposed copy's transpose here): the ports cast them to float16 in their
+    # own kernels, which read them contiguous
+    data = spec.make_inputs(SMOKE[0], 5, DEVICE)
+    x, mask, weights, config = data
+    strided = {name: value.t().contiguous().t() if value.dim() == 2 else value[::1] for name, value in weights.items()}
+    assert not any(value.is_contiguous() for value in strided.values() if value.dim() == 2)
+    assert torch.equal(run_port(port, (x, mask, strided, config)), run_port(port, data))
+
+
 @pytest.mark.parametrize("impl", [impl.name for impl in spec.WORKLOAD.implementations])
 def test_hidden_dim_zero_gets_one_answer_from_every_implementation(impl):
     x, mask, weights, config = spec.make_inputs(SMOKE[0], 1, DEVICE)
@@ -286,22 +320,23 @@ def test_gluon_port_hands_its_kernel_a_contiguous_mask(mask_dtype, monkeypatch):
     # launches recorded instead of run)
     from gluon_kernels import trimul as gluon
 
-    launches = []
-    monkeypatch.setattr(gluon, "launch", lambda kernel, grid, *args, **kwargs: launches.append(args))
-    monkeypatch.setattr(gluon, "refuse_non_finite", lambda *args: None)
+    launches = {}
+    monkeypatch.setattr(gluon, "launch", lambda kernel, grid, *args, **kwargs: launches.setdefault(kernel, args))
+    monkeypatch.setattr(gluon, "refuse_flagged", lambda *args: None)
     x, mask, weights, config = spec.make_inputs(dict(SMOKE[-1], mask_dtype=mask_dtype), 1, "cpu")
     assert x.shape[1] == 64 and not mask.is_contiguous()
     gluon.trimul((x, mask, weights, config))
-    given = launches[0][3]
+    given = launches[gluon._norm_project_kernel][3]
     assert given.is_contiguous() and given.dtype == mask.dtype and torch.equal(given, mask.reshape(-1))
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels")
 @pytest.mark.parametrize("case", ["smoke:0", "test:4"], ids=["hidden32-dim32", "dim768"])
 def test_gluon_port_compiles_for_hopper(compile_for_hopper, case):
-    # Triton's interpreter does not run Gluon: on a CPU its three launches are compiled for sm_90 as launched, with
-    # hidden padded to 64 channels and N to 64 (smoke:0), and at dim 768 with 128-wide tiles (test:4)
+    # Triton's interpreter does not run Gluon: on a CPU its four launches (the weights' Triton cast and three Gluon
+    # kernels) are compiled for sm_90 as launched, with hidden padded to 64 channels and N to 64 (smoke:0), and at
+    # dim 768 with 128-wide tiles (test:4)
     status, output = compile_for_hopper("trimul", case, "--impl", "gluon", "--specialise")
-    assert status == 0 and "3 kernels compiled for sm_90" in output, output
+    assert status == 0 and "4 kernels compiled for sm_90" in output, output
 
 

@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from kernel_support.trimul_common import (TriMulTiling, kernel_tiling, padded_inputs, padded_length, refuse_non_finite,
-                                          scratch)
+from ports.trimul import LAYER_NORM_EPS, validate
+from kernel_support.trimul_common import (TriMulTiling, any_not_finite, float16_weights, kernel_tiling, padded_inputs,
+                                          padded_length, refuse_flagged, scratch)
 from kernel_support.triton_launch import launch
 
 
@@ -49,7 +49,7 @@ def _row_statistics(x_rows, eps, DIM: tl.constexpr, ROWS: tl.constexpr, TILE_DIM
         mean += delta * (TILE_DIM / seen)
         m2 += tl.sum(centred * centred, axis=1) + delta * delta * (d0 * TILE_DIM / seen)
     # a sum of squares past float32's range (|x| beyond about 1e19) would make rstd 0 and the row finite and wrong: NaN
-    # instead, which the port refuses (refuse_non_finite)
+    # instead, which the port refuses (refuse_flagged)
     return mean, tl.where(m2 < float("inf"), 1.0 / tl.sqrt(m2 / DIM + eps), float("nan"))
 
 
@@ -126,7 +126,7 @@ def _triangle_kernel(gated_ptr, product_ptr, batch_hidden, SEQ: tl.constexpr,
 
 @triton.jit
 def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_norm_bias_ptr,
-                             out_weight_t_ptr, out_ptr, batch_hidden, pairs_per_batch, eps,
+                             out_weight_t_ptr, out_ptr, flags_ptr, batch_hidden, pairs_per_batch, eps,
                              DIM: tl.constexpr, HIDDEN: tl.constexpr, ROWS: tl.constexpr,
                              TILE_OUT: tl.constexpr):
     row0 = tl.program_id(0) * ROWS
@@ -142,6 +142,7 @@ def _out_norm_project_kernel(product_ptr, gated_ptr, out_norm_weight_ptr, out_no
     beta = tl.load(out_norm_bias_ptr + hidden)
     out_gate = tl.load(gated_ptr + 2 * batch_hidden * pairs_per_batch + offsets).to(tl.float32)
     normed = ((centred * rstd[None, :] * gamma[:, None] + beta[:, None]) * out_gate).to(tl.float16)
+    tl.store(flags_ptr, 1, mask=any_not_finite(normed) > 0)  # the range check's flag (refuse_flagged)
     cols = tl.arange(0, TILE_OUT)
     out_rows = out_ptr + (row0 + tl.arange(0, ROWS))[:, None] * DIM + cols[None, :]
     for d0 in range(0, DIM, TILE_OUT):
@@ -162,7 +163,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
 
     poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
-    Float16RangeError where the input overflows the float16 intermediates (`refuse_non_finite`).
+    Float16RangeError where the input overflows the float16 intermediates (`refuse_flagged`).
     """
     validate(data, "torch")
     x, mask, weights, config = data
@@ -174,19 +175,16 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     pairs = batch * seq * seq
     allocate = scratch(x.device, poison)
 
-    # the weights in float16, each cast in one copy: stacked into its buffer, transposed as it is cast
-    proj_weight = torch.stack([weights[f"{name}.weight"] for name in PROJECTIONS],
-                              out=torch.empty((len(PROJECTIONS), hidden, dim), device=x.device, dtype=torch.float16))
-    out_weight_t = weights["to_out.weight"].t().to(torch.float16, memory_format=torch.contiguous_format)
     normed = allocate((pairs, dim), torch.float16)
-    gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
-    product = allocate((batch * hidden, seq * seq), torch.float16)
-    out = allocate((pairs, dim), torch.float32)
-
     launch(_layer_norm_kernel, (pairs // tiles.norm_rows,),
         x.contiguous(), weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
         LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
         num_stages=tiles.stages)
+    # the rest is set up while the LayerNorm runs: the GPU waits for no host work it does not need
+    proj_weight, out_weight_t, flags = float16_weights(weights, hidden, hidden, dim, launch)
+    gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
+    product = allocate((batch * hidden, seq * seq), torch.float16)
+    out = allocate((pairs, dim), torch.float32)
     launch(_gated_project_kernel, (3 * pairs // tiles.rows,),
         normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
@@ -195,8 +193,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
     launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
         product, gated, weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
-        out_weight_t, out, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden, ROWS=tiles.output_rows,
-        TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
+        out_weight_t, out, flags, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden,
+        ROWS=tiles.output_rows, TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
-    refuse_non_finite(out[..., 0].sum(), "triton")
+    refuse_flagged(flags, "triton")
     return out if seq == length else out[:, :length, :length].contiguous()
