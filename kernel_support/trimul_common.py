@@ -112,15 +112,16 @@ def _refusal(port: str) -> Float16RangeError:
 
 def refuse_non_finite(column_sum, port: str) -> None:
     """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output (a 0-d tensor or array),
-    is finite (the JAX ports' range check; the torch ports read `range_flags` instead).
+    is finite (the JAX ports' range check; the torch ports read the flags of `float16_weights` with `refuse_flagged`
+    instead).
 
     The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
     largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as
     inf or NaN, and that LayerNorm then makes every element of those pairs' output rows NaN: so column 0 tells, and
     its sum (one reduction kernel) is finite exactly where each of its elements is, unless the sum itself passes
-    float32's range. The cost a call: a strided read of B*N*N floats and one synchronisation. What it misses: an
-    overflow of the last float16 cast, the normalised product before the output projection, which needs output-norm
-    weights beyond about 65504 / sqrt(hidden).
+    float32's range. An overflow of the last float16 cast, the normalised product before the output projection,
+    reaches every output column as inf or NaN too. The cost a call: a strided read of B*N*N floats and one
+    synchronisation.
 
     Inside a caller's jit around a JAX port the sum is not known while tracing: the refusal then runs as a callback
     when the computation does, and JAX raises it inside its runtime error.
@@ -195,6 +196,8 @@ def refuse_flagged(flags: torch.Tensor, port: str) -> None:
     """Raise Float16RangeError where a range flag of the call (`float16_weights`) is set: a float16 weight or
     normalised product not finite. The torch ports' range check: the flags are set inside kernels the call runs
     anyway, so its cost is one small read back (a synchronisation), and it misses no float16 value the output is
-    made from: every one is a weight, or feeds the output LayerNorm's normalised product (see refuse_non_finite)."""
+    made from: every one is a weight, or feeds the output LayerNorm's normalised product (see refuse_non_finite).
+    Stricter than the column sum in one way: a gate weight beyond float16's range is refused even where the gate's
+    sigmoid saturates and the answer would have been right."""
     if any(flags.tolist()):
         raise _refusal(port)
