@@ -353,3 +353,67 @@ def test_gpu_mode_eval_stops_the_harness_and_its_workers_at_the_timeout(tmp_path
     assert time.monotonic() - started < 10 and "no verdict: stopped at --timeout" in capsys.readouterr().out
     time.sleep(4)
     assert not late.exists()
+
+
+STAND_IN_REFERENCE = '''from ports.trimul import make_inputs
+
+
+def generate_input(seqlen, bs, dim, hiddendim, seed, nomask, distribution):
+    with open({log!r}, "a") as log:
+        log.write(f"{{seed}} {{nomask!r}}\\n")
+    return make_inputs(dict(seqlen=seqlen, bs=bs, dim=dim, hiddendim=hiddendim, nomask=nomask,
+                            distribution=distribution), seed)
+
+
+def check_implementation(data, output):
+    good = tuple(output.shape) == tuple(data[0].shape) and seqlen_ok(data)
+    return good, "" if good else "mismatch"
+
+
+def seqlen_ok(data):
+    return data[0].shape[1] != 5
+'''
+
+
+def test_gpu_mode_clock_times_each_port_from_its_framework_and_from_torch(tmp_path, capsys):
+    # eval.py's protocol from the port's own framework: the cases as eval.py reads them (nomask "False" a string),
+    # seeds mixed with the secret seed, the same input every call (a fresh one each call in leaderboard mode), and
+    # a failing check a failure
+    pytest.importorskip("yaml", reason="task.yml is read with pyyaml (transformers, the models extra, brings it)")
+    from compare.tools import gpu_mode_clock
+
+    problem, log = tmp_path / "trimul", tmp_path / "seeds.txt"
+    problem.mkdir()
+    (problem / "reference.py").write_text(STAND_IN_REFERENCE.format(log=str(log)))
+    files = 'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n  - {"name": "reference.py", ' \
+            '"source": "reference.py"}\n'
+    case = '{"seqlen": 16, "bs": 1, "dim": 32, "hiddendim": 16, "seed": 5, "nomask": false, "distribution": "normal"}'
+    (problem / "task.yml").write_text(files + f"benchmarks:\n  - {case}\n")
+    assert gpu_mode_clock.as_eval_reads({"seqlen": 16, "nomask": False, "seed": -3}) == {
+        "seqlen": 16, "nomask": "False", "seed": -3}
+    out = tmp_path / "clock.json"
+    assert gpu_mode_clock.main([str(problem), "--workload", "trimul", "--impl", "torch,pallas", "--seed", "7",
+                                "--max-calls", "3", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "secret seed 7" in printed and "torch: pass, geomean own" in printed and "pallas: pass" in printed
+    saved = json.loads(out.read_text())
+    for port in ("torch", "pallas"):
+        [row] = saved["ports"][port]["cases"]
+        assert row["spec"]["nomask"] == "False" and row["own"]["runs"] == row["from_torch"]["runs"] == 3
+        assert 0 < row["own"]["best_ns"] <= row["own"]["mean_ns"] <= row["own"]["worst_ns"]
+    seed = gpu_mode_clock.mixed_seed(5, 7)
+    assert set(log.read_text().split("\n")[:-1]) == {f"{seed} 'False'"}  # one input a case, drawn as eval.py draws it
+
+    log.unlink()
+    assert gpu_mode_clock.main([str(problem), "--workload", "trimul", "--impl", "torch", "--mode", "leaderboard",
+                                "--max-calls", "3"]) == 0
+    drawn = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert {5 + 13, 5 + 26, 5 + 39} <= set(drawn)  # a fresh input every timed call
+    capsys.readouterr()
+
+    (problem / "task.yml").write_text(files + "benchmarks:\n  - " + case.replace('"seqlen": 16', '"seqlen": 5') + "\n")
+    assert gpu_mode_clock.main([str(problem), "--workload", "trimul", "--impl", "torch", "--max-calls", "3"]) == 1
+    assert "torch: fail" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_mode_clock.main([str(problem), "--workload", "trimul", "--impl", "cuda_magic"])
+    assert "unknown implementation 'cuda_magic'" in capsys.readouterr().err

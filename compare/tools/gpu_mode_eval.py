@@ -69,16 +69,21 @@ def timeout_for(spec: dict, mode: str) -> float:
                            "leaderboard": "ranked_timeout"}[mode], 1200))
 
 
+def copy_harness_files(problem: Path, work: Path) -> None:
+    """task.yml's files but the submission, copied into the run folder `work` under their names, as GPU MODE's runner
+    lays them out (sources relative to the problem's folder)."""
+    for entry in task(problem)["files"]:
+        if entry["source"] != "@SUBMISSION@":
+            shutil.copy2(problem / entry["source"], work / entry["name"])
+
+
 def run_eval(problem: Path, workload: str, impl: str, mode: str, seed: int | None,
              timeout: float) -> tuple[int | None, str, str]:
     """(eval.py's exit status, None if it ran past `timeout`; its POPCORN output; its stdout and stderr) for one
     implementation."""
-    spec = task(problem)
     with tempfile.TemporaryDirectory(prefix=f"gpu-mode-{impl}-") as folder:
         work = Path(folder)
-        for entry in spec["files"]:
-            if entry["source"] != "@SUBMISSION@":
-                shutil.copy2(problem / entry["source"], work / entry["name"])
+        copy_harness_files(problem, work)
         (work / "submission.py").write_text(SUBMISSION.format(workload=workload, impl=impl))
         cases = work / f"{mode}-cases.txt"
         cases.write_text(case_lines(problem / "task.yml", mode))
@@ -104,16 +109,33 @@ def run_eval(problem: Path, workload: str, impl: str, mode: str, seed: int | Non
         return status, output, log
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compare.tools.gpu_mode_eval", description=__doc__,
+def harness_arguments(prog: str, description: str, modes: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The arguments the GPU MODE tools share: the problem's folder, --workload, --impl, --mode and the seed."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problem", type=Path, help="a problem's folder of gpu-mode/reference-kernels")
     parser.add_argument("--workload", required=True, help="the registered workload (trimul, eigh)")
     parser.add_argument("--impl", required=True, help="implementations, comma-separated")
-    parser.add_argument("--mode", default="benchmark", choices=("test", "benchmark", "leaderboard"))
+    parser.add_argument("--mode", default="benchmark", choices=modes)
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--secret", action="store_true", help="a fresh random secret seed (POPCORN_SEED), printed")
     seeds.add_argument("--seed", type=int, help="this secret seed (default: none, the public cases)")
+    return parser
+
+
+def registered(parser: argparse.ArgumentParser, workload: str, impls: str) -> list[str]:
+    """The named implementations of the workload, or the parser's error naming the unknown one."""
+    from ports import get_workload
+
+    try:
+        found = get_workload(workload)
+        return [found.implementation(name).name for name in impls.split(",")]
+    except KeyError as error:
+        parser.error(str(error).strip("'\""))
+
+
+def main(argv=None) -> int:
+    parser = harness_arguments("python -m compare.tools.gpu_mode_eval", __doc__, ("test", "benchmark", "leaderboard"))
     parser.add_argument("--timeout", type=float, help="seconds an implementation (default: task.yml's for the mode)")
     parser.add_argument("--out", type=Path, help="a folder to keep eval.py's output and log in, a file each run")
     args = parser.parse_args(argv)
@@ -125,13 +147,7 @@ def main(argv=None) -> int:
     if absent:
         parser.error(f"task.yml lists files not found from {args.problem}: {', '.join(absent)} (keep the "
                      "reference-kernels checkout's layout whole)")
-    from ports import get_workload
-
-    try:
-        registered = get_workload(args.workload)
-        impls = [registered.implementation(name).name for name in args.impl.split(",")]
-    except KeyError as error:
-        parser.error(str(error).strip("'\""))
+    impls = registered(parser, args.workload, args.impl)
     seed = secrets.randbelow(2**31) if args.secret else args.seed
     timeout = args.timeout or timeout_for(task(args.problem), args.mode)
     print(f"{args.problem.name}, eval.py {args.mode}, " + ("the public cases" if seed is None else
