@@ -31,7 +31,7 @@ import torch
 from gluon_kernels import fence_async_shared, gl, gluon, mbarrier, tma, tma_load, use_device_scratch, warpgroup_mma
 from gluon_kernels import warpgroup_mma_wait
 from gluon_kernels.matmul import k_loop, shared_layout, store_tile
-from ports.trimul import LAYER_NORM_EPS, validate
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from kernel_support.trimul_common import (check_kernel_sizes, float16_weights, largest_power_of_two_dividing,
                                           padded_inputs, padded_length, refuse_flagged, scratch)
 from kernel_support.triton_launch import launch
@@ -276,7 +276,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         return w if channels == hidden else torch.nn.functional.pad(w, (0, channels - hidden))
 
     # the weights in float16, padded to `channels` rows, in one launch
-    proj_weight, out_weight_t, flags = float16_weights(weights, hidden, channels, dim, launch)
+    proj_weight, out_weight_t, flags = float16_weights([weights[f"{name}.weight"] for name in PROJECTIONS],
+                                                       weights["to_out.weight"], hidden, channels, dim, launch)
     gated = allocate((3 * batch * channels, seq * seq), torch.float16)
     tiles = gluon_trimul_tiling(seq, dim, channels)
     pairs_layout = shared_layout((channels, tiles.rows), torch.float16)  # the gated and product tiles of pairs

@@ -13,8 +13,6 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ports.trimul import PROJECTIONS
-
 
 @dataclass(frozen=True)
 class TriMulTiling:
@@ -177,18 +175,17 @@ def _float16_weights_kernel(left_proj_ptr, left_gate_ptr, right_proj_ptr, right_
         tl.store(flags_ptr, 0)
 
 
-def float16_weights(weights: dict, hidden: int, channels: int, dim: int, launch):
-    """The five projection weights and to_out's, in float16 with their rows padded to `channels` with zeros, in one
-    launch (through the port's `launch`): ([5 * channels, dim] projections stacked in PROJECTIONS' order,
-    [channels, dim] to_out's weight transposed, the range flags). The flags ([1 + 6 * dim / block] int32) are set by
-    the launch's programs and, in flags[0], by the port's output kernel: `refuse_flagged` reads them."""
+def float16_weights(projections: list, to_out: torch.Tensor, hidden: int, channels: int, dim: int, launch):
+    """The five projection weights (`projections`, [hidden, dim] each, in the kernels' order: ports.trimul.PROJECTIONS)
+    and to_out's ([dim, hidden]), in float16 with their rows padded to `channels` with zeros, in one launch (through
+    the port's `launch`): ([5 * channels, dim] projections stacked, [channels, dim] to_out's weight transposed, the
+    range flags). The flags ([1 + 6 * dim / block] int32) are set by the launch's programs and, in flags[0], by the
+    port's output kernel: `refuse_flagged` reads them."""
     block = largest_power_of_two_dividing(dim, WEIGHT_BLOCK)
-    device = weights["to_out.weight"].device
-    out = torch.empty((6 * channels, dim), device=device, dtype=torch.float16)
-    flags = torch.empty((1 + 6 * (dim // block),), device=device, dtype=torch.int32)
-    launch(_float16_weights_kernel, (6, dim // block),
-           *(weights[f"{name}.weight"].contiguous() for name in PROJECTIONS), weights["to_out.weight"].contiguous(),
-           out, flags, HIDDEN=hidden, CHANNELS=channels, DIM=dim, BLOCK=block, num_warps=4)
+    out = torch.empty((6 * channels, dim), device=to_out.device, dtype=torch.float16)
+    flags = torch.empty((1 + 6 * (dim // block),), device=to_out.device, dtype=torch.int32)
+    launch(_float16_weights_kernel, (6, dim // block), *(weight.contiguous() for weight in projections),
+           to_out.contiguous(), out, flags, HIDDEN=hidden, CHANNELS=channels, DIM=dim, BLOCK=block, num_warps=4)
     return out[:5 * channels], out[5 * channels:], flags
 
 

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ports.trimul import LAYER_NORM_EPS, validate
+from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from kernel_support.trimul_common import (TriMulTiling, any_not_finite, float16_weights, kernel_tiling, padded_inputs,
                                           padded_length, refuse_flagged, scratch)
 from kernel_support.triton_launch import launch
@@ -181,7 +181,8 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
         num_stages=tiles.stages)
     # the rest is set up while the LayerNorm runs: the GPU waits for no host work it does not need
-    proj_weight, out_weight_t, flags = float16_weights(weights, hidden, hidden, dim, launch)
+    proj_weight, out_weight_t, flags = float16_weights([weights[f"{name}.weight"] for name in PROJECTIONS],
+                                                       weights["to_out.weight"], hidden, hidden, dim, launch)
     gated = allocate((3 * batch * hidden, seq * seq), torch.float16)
     product = allocate((batch * hidden, seq * seq), torch.float16)
     out = allocate((pairs, dim), torch.float32)
