@@ -62,10 +62,11 @@ def test_on_chip_jacobi_stops_at_eps(port):
 
 
 @pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "over-launches"])
-@pytest.mark.parametrize("family", ["dense", "lapack_dense_geometric_spectrum", "lapack_zero"])
 @pytest.mark.parametrize("port", PORTS)
-def test_tridiagonalisation_is_an_orthogonal_similarity(port, family, one_launch):
-    assert_reduction_is_an_orthogonal_similarity(port, family, one_launch)
+def test_tridiagonalisation_is_an_orthogonal_similarity(port, one_launch):
+    # a batch of three families: dense, LAPACK's dense with a geometric spectrum, and the zero matrix
+    assert_reduction_is_an_orthogonal_similarity(port, one_launch, ("dense", "lapack_dense_geometric_spectrum",
+                                                                    "lapack_zero"))
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -79,7 +80,7 @@ def test_one_launch_tile_for_many_matrices(port, monkeypatch):
     assert tridiagonal.tile(2) == (tridiagonal.many_rows, tridiagonal.many_warps)
     assert tridiagonal.many_rows != tridiagonal.rows
     assert tridiagonal.product_stages(2) == tridiagonal.many_product_stages > 1 == tridiagonal.product_stages(1)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+    assert_reduction_is_an_orthogonal_similarity(port, True)
 
 
 def poison_triton_buffers(port, kernels, monkeypatch):
@@ -100,7 +101,7 @@ def test_one_launch_product_in_small_tiles(port, monkeypatch):
     assert all(getattr(kernels.TRIDIAGONAL, name) != value for name, value in settings.items())
     retune(monkeypatch, "TRIDIAGONAL", (kernels,), **settings)
     poison_triton_buffers(port, kernels, monkeypatch)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+    assert_reduction_is_an_orthogonal_similarity(port, True)
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -115,7 +116,7 @@ def test_over_launches_product_in_column_blocks_from_few_programs(port, monkeypa
            max_product_programs=3, over_launches_product_blocks=8)
     assert kernels.TRIDIAGONAL.product_programs(69) == 3
     poison_triton_buffers(port, kernels, monkeypatch)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
+    assert_reduction_is_an_orthogonal_similarity(port, False)
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -124,7 +125,7 @@ def test_over_launches_column_reads_the_panel_in_chunks(port, monkeypatch):
     # 2048; here (a padded 128) it does so too, as the one-launch kernel always does.
     monkeypatch.setattr(common.Tridiagonal, "column_panel_chunk", lambda self, block_n: self.panel_chunk)
     assert common.TRIDIAGONAL.panel_chunk < common.TRIDIAGONAL.panel
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", False)
+    assert_reduction_is_an_orthogonal_similarity(port, False)
 
 
 @pytest.mark.parametrize("reflectors, chunk", [(16, 16), (16, 32)])
@@ -136,12 +137,14 @@ def test_back_transformation_in_many_panels(port, reflectors, chunk, monkeypatch
     kernels = stage_module(port, "back_transform")
     assert kernels.BACK_TRANSFORM.reflectors != reflectors and kernels.BACK_TRANSFORM.vectors != 32
     retune(monkeypatch, "BACK_TRANSFORM", (kernels,), reflectors=reflectors, chunk=chunk, vectors=32)
-    assert_reduction_is_an_orthogonal_similarity(port, "dense", True)
+    assert_reduction_is_an_orthogonal_similarity(port, True)
 
 
-def assert_reduction_is_an_orthogonal_similarity(port, family, one_launch):
-    batch, n = 2, 70
-    a = spec.make_inputs(spec._case(batch, n, 2, 5, family), 5, DEVICE)
+def assert_reduction_is_an_orthogonal_similarity(port, one_launch, families=("dense", "dense")):
+    """The port's tridiagonal reduction at n = 70 of a batch of one matrix of each of `families`."""
+    batch, n = len(families), 70
+    a = torch.cat([spec.make_inputs(spec._case(1, n, 2, 5 + index, family), 5 + index, DEVICE)
+                   for index, family in enumerate(families)])
     w, d, e, tau, scale, bounds = port_stage(port, "tridiagonal", "reduce")(a, one_launch)
     eye = torch.eye(n, device=DEVICE).expand(batch, n, n).contiguous()
     h = port_stage(port, "back_transform", "apply")(w, tau, eye).double()
