@@ -305,7 +305,8 @@ def test_divide_and_conquer_on_a_long_chained_cluster():
     assert residual[0] < 2 and orthogonality[0] < 2 and error[0] < 1, (residual, orthogonality, error)
 
 
-@pytest.mark.parametrize("port", [pytest.param("triton", marks=SLOW), "pallas"])  # as above
+@SLOW  # on a CPU the stage's own tests above cover the path, which is not the default
+@pytest.mark.parametrize("port", PORTS)
 def test_the_port_with_divide_and_conquer_passes_the_check(port, monkeypatch):
     # the whole port (reduction, divide and conquer, back-transformation) with T's eigenpairs by divide and conquer,
     # as the H200's A/B will run it (a copy of the package with EIGENVECTORS changed); n = 66: halves of 33 rows,
