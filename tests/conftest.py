@@ -5,7 +5,6 @@ import pathlib
 import subprocess
 import sys
 
-import numpy
 import pytest
 import torch
 
@@ -18,40 +17,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Variables a library's import sets and later reads, kept after the test that imported it: jax's Mosaic GPU loads its
 # runtime from this one at each compile (results/h200/experiments/gpu-suite/README.md, four workers at 6b246fe)
 SET_BY_IMPORTS = ("MOSAIC_GPU_RUNTIME_LIB_PATH",)
-
-
-class _RowByRowNumpy:
-    """numpy, but for matmul of a 2-d left operand: a row at a time, so that each row's sums are the same whatever
-    rows the tile holds besides it."""
-
-    def __getattr__(self, name):
-        return getattr(numpy, name)
-
-    @staticmethod
-    def matmul(a, b, **kwargs):
-        if numpy.ndim(a) != 2:
-            return numpy.matmul(a, b, **kwargs)
-        return numpy.stack([numpy.matmul(row, b, **kwargs) for row in a])
-
-
-@pytest.fixture(autouse=True, scope="session")
-def mosaic_gpu_interpreter_products_by_row():
-    """On a CPU, Mosaic GPU's interpreter multiplies a wgmma's tiles with np.matmul, whose float32 rows depend on
-    the operand's other rows on some CPUs (NumPy's OpenBLAS on an AMD EPYC: a[:m] @ b differs from (a @ b)[:m] at
-    most m), which makes the batch-invariant matmul port look batch-variant there, as no GPU sees it. The tests
-    run the interpreter's products a row at a time (docs/findings.md, "The interpreter's reductions")."""
-    if torch.cuda.is_available():
-        yield
-        return
-    try:
-        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
-    except ImportError:  # a jax without the interpreter: its tests are skipped
-        yield
-        return
-    kept = gpu_callbacks.np
-    gpu_callbacks.np = _RowByRowNumpy()
-    yield
-    gpu_callbacks.np = kept
 
 
 def restore_environment(before: dict) -> None:
