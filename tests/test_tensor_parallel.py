@@ -1,0 +1,101 @@
+"""Tensor-parallel linears (`batch_invariant.tensor_parallel`): the same bits on 1, 2 and 4 ranks, and for a row in
+any batch, on CPU processes joined by gloo (the GPU's NCCL runs the same gathers)."""
+import datetime
+import pathlib
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import batch_invariant.torch_mode as bi
+from batch_invariant.tensor_parallel import PARTS, column_parallel, row_parallel, shard
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.float16  # the interpreter misreads bfloat16 (batch_invariant.kernels._check)
+WIDTH, HIDDEN, OUT = 64, 128, 48
+
+
+def mlp_weights():
+    """A Megatron MLP's weights, the same on every rank: up [HIDDEN, WIDTH] with bias, down [OUT, HIDDEN] with bias."""
+    gen = torch.Generator().manual_seed(11)
+    up = (torch.randn(HIDDEN, WIDTH, generator=gen) / WIDTH ** 0.5, torch.randn(HIDDEN, generator=gen))
+    down = (torch.randn(OUT, HIDDEN, generator=gen) / HIDDEN ** 0.5, torch.randn(OUT, generator=gen))
+    return [tuple(t.to(DEVICE, DTYPE) for t in pair) for pair in (up, down)]
+
+
+def mlp(x, group):
+    """up column-parallel (this rank's features, not gathered), silu, down row-parallel: the whole output, in
+    float32 (as logits are kept), where a sum in another order shows in its last bits."""
+    (up_w, up_b), (down_w, down_b) = mlp_weights()
+    hidden = column_parallel(x, *shard(up_w, up_b, "column", group), group, gather=False)
+    hidden = torch.nn.functional.silu(hidden.float()).to(DTYPE)  # elementwise: the same bits in any batch
+    return row_parallel(hidden, *shard(down_w, down_b, "row", group), group, dtype=torch.float32)
+
+
+def batch_and_rows():
+    gen = torch.Generator().manual_seed(5)
+    return torch.randn(7, WIDTH, generator=gen).to(DEVICE, DTYPE)
+
+
+def outputs(group):
+    """The MLP on a batch of 7 rows, on its first 3 and on its row 4 alone."""
+    x = batch_and_rows()
+    with torch.no_grad():
+        return mlp(x, group), mlp(x[:3], group), mlp(x[4:5], group)
+
+
+def _rank(rank, ranks, init_file, out_dir):
+    from compare import gpu_or_interpreters
+
+    gpu_or_interpreters()
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
+                            timeout=datetime.timedelta(seconds=120))  # a rank that failed stops the others soon
+    try:
+        torch.save(outputs(dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def on_ranks(ranks, tmp_path):
+    """`outputs` on `ranks` processes; each rank's results."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_rank, args=(ranks, str(tmp_path / "init"), str(tmp_path)), nprocs=ranks, join=True)
+    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(ranks)]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
+def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch(tmp_path):
+    alone = outputs(None)
+    batch, first_three, row_four = alone
+    assert torch.equal(batch[:3], first_three) and torch.equal(batch[4:5], row_four)  # in any batch
+    (up_w, up_b), (down_w, down_b) = mlp_weights()
+    x = batch_and_rows()
+    with torch.no_grad():
+        expected = torch.nn.functional.linear(torch.nn.functional.silu(
+            torch.nn.functional.linear(x.double(), up_w.double(), up_b.double())), down_w.double(), down_b.double())
+    assert float((batch.double() - expected).abs().max()) < 2e-2 * float(expected.abs().max())  # and right
+    for ranks in (2, 4):
+        for rank, results in enumerate(on_ranks(ranks, tmp_path / str(ranks))):
+            assert all(torch.equal(a, b) for a, b in zip(results, alone)), (ranks, rank)
+
+
+def test_column_parallel_has_the_mode_linears_bits():
+    x = batch_and_rows()
+    (up_w, up_b), _ = mlp_weights()
+    with torch.no_grad(), bi.batch_invariant():
+        assert torch.equal(column_parallel(x, up_w, up_b, None), torch.nn.functional.linear(x, up_w, up_b))
+
+
+def test_what_a_tensor_parallel_linear_cannot_take_is_named():
+    x = batch_and_rows()
+    (up_w, up_b), (down_w, down_b) = mlp_weights()
+    with pytest.raises(ValueError, match="inference"):
+        column_parallel(x.clone().requires_grad_(), up_w, up_b, None)
+    with pytest.raises(ValueError, match=f"divisible by {PARTS}"):
+        row_parallel(torch.zeros(2, 12, dtype=DTYPE, device=DEVICE), torch.zeros(4, 12, dtype=DTYPE, device=DEVICE),
+                     None, None)
+    with pytest.raises(ValueError, match="'column' or 'row'"):
+        shard(up_w, up_b, "diagonal", None)
+    with pytest.raises(Exception, match="not covered"):
+        column_parallel(x.float(), up_w.float(), None, None)
