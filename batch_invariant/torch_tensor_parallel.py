@@ -7,13 +7,13 @@ A tensor-parallel model splits each linear's weight across ranks (Megatron's col
   `kernel_support.matmul_common`), so the gathered output has the bits of one rank's linear under the mode.
 - **row-parallel**: a rank holds some input features (columns of the weight) and the matching slice of the input,
   and the ranks' partial products must be summed. An all-reduce sums them in an order that NCCL picks by message
-  size and rank count, which moves bits. Here K is cut into `PARTS` pieces whatever the rank count: each piece's
-  product in float32 on the port, the pieces gathered to every rank and added in piece order, element by element,
-  then the bias, rounded once. One rank computes the same pieces and the same sum, so 1, 2, 4 and 8 ranks give the
+  size and rank count, which moves bits. Here K is cut into 8 pieces (`TENSOR_PARALLEL_PARTS`) whatever the rank
+  count: each piece's product in float32 on the port, the pieces gathered to every rank and added in piece order,
+  element by element, then the bias, rounded once. One rank computes the same pieces and the same sum, so 1, 2, 4 and 8 ranks give the
   same bits; the pieces are the mode's products and the sum is elementwise, so a row's bits do not depend on the
-  batch. The price: the gather moves PARTS float32 partial products where an all-reduce moves one.
+  batch. The price: the gather moves 8 float32 partial products where an all-reduce moves one.
 
-The row-parallel sum is the one bitwise definition of a linear over PARTS pieces, not the mode's one-piece linear:
+The row-parallel sum is the one bitwise definition of a linear over 8 pieces, not the mode's one-piece linear:
 its bits differ from `F.linear`'s under the mode, and agree with each other across rank counts. Inference only: the
 gathers carry no gradient. The rest of the model (norms, attention, the elementwise ops) runs under the mode as on
 one rank (`batch_invariant.torch_mode`).
@@ -23,9 +23,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from batch_invariant import row_parallel_pieces, tensor_parallel_share
 from batch_invariant.kernels import _check, _product
-
-PARTS = 8  # the pieces of a row-parallel linear's K, whatever the ranks: 1, 2, 4 or 8 ranks divide them
 
 
 def ranks_and_rank(group) -> tuple[int, int]:
@@ -55,13 +54,7 @@ def shard(weight: torch.Tensor, bias: torch.Tensor | None, kind: str, group) -> 
     """This rank's share of a full linear's weight [N, K] and bias [N]: ("column") rows of the weight and the bias,
     ("row") columns of the weight and the whole bias, which the row-parallel sum adds once."""
     ranks, rank = ranks_and_rank(group)
-    if kind not in ("column", "row"):
-        raise ValueError(f"kind must be 'column' or 'row', got {kind!r}")
-    size = weight.shape[0] if kind == "column" else weight.shape[1]
-    if size % ranks:
-        raise ValueError(f"a {kind}-parallel weight of {size} {'rows' if kind == 'column' else 'columns'} does not "
-                         f"split over {ranks} ranks")
-    share = size // ranks
+    share = tensor_parallel_share(weight.shape, kind, ranks)
     if kind == "column":
         rows = slice(rank * share, (rank + 1) * share)
         return weight[rows].contiguous(), None if bias is None else bias[rows].contiguous()
@@ -86,23 +79,16 @@ def row_parallel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                  dtype: torch.dtype | None = None) -> torch.Tensor:
     """The linear whose input features are split across ranks: x [..., K / ranks] this rank's slice of the input,
     weight [N, K / ranks] its columns (`shard(..., "row", group)`), bias [N] whole; returns the whole output
-    [..., N] in `dtype` (default x's; float32 for logits kept wide), the same on every rank: K's PARTS pieces as
+    [..., N] in `dtype` (default x's; float32 for logits kept wide), the same on every rank: K's 8 pieces as
     float32 products, added in piece order."""
     _inference_only(x)
     _check("linear", x, weight, *(() if bias is None else (bias,)))
-    ranks, _ = ranks_and_rank(group)
-    if PARTS % ranks:
-        raise ValueError(f"a row-parallel linear runs on 1, 2, 4 or 8 ranks (dividing its {PARTS} pieces), "
-                         f"not {ranks}")
-    local_parts = PARTS // ranks
-    if x.shape[-1] % local_parts:
-        raise ValueError(f"a row-parallel linear needs K divisible by {PARTS}: a rank's {x.shape[-1]} input "
-                         f"features do not split into {local_parts} pieces")
+    local_parts = row_parallel_pieces(x.shape[-1], ranks_and_rank(group)[0])
     rows = x.reshape(-1, x.shape[-1])
     width = rows.shape[1] // local_parts
     pieces = torch.stack([_product(rows[:, p * width:(p + 1) * width], weight[:, p * width:(p + 1) * width].T,
                                    "float32") for p in range(local_parts)])
-    pieces = _gathered(pieces, group, dim=0)  # [PARTS, M, N], in piece order
+    pieces = _gathered(pieces, group, dim=0)  # [8, M, N], in piece order
     total = pieces[0]
     for piece in pieces[1:]:
         total = total + piece
