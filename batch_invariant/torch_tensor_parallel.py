@@ -9,9 +9,9 @@ A tensor-parallel model splits each linear's weight across ranks (Megatron's col
   and the ranks' partial products must be summed. An all-reduce sums them in an order that NCCL picks by message
   size and rank count, which moves bits. Here K is cut into 8 pieces (`TENSOR_PARALLEL_PARTS`) whatever the rank
   count: each piece's product in float32 on the port, the pieces gathered to every rank and added in piece order,
-  element by element, then the bias, rounded once. One rank computes the same pieces and the same sum, so 1, 2, 4 and 8 ranks give the
-  same bits; the pieces are the mode's products and the sum is elementwise, so a row's bits do not depend on the
-  batch. The price: the gather moves 8 float32 partial products where an all-reduce moves one.
+  element by element, then the bias, rounded once. One rank computes the same pieces and the same sum, so 1, 2, 4
+  and 8 ranks give the same bits; the pieces are the mode's products and the sum is elementwise, so a row's bits do
+  not depend on the batch. The price: the gather moves 8 float32 partial products where an all-reduce moves one.
 
 The row-parallel sum is the one bitwise definition of a linear over 8 pieces, not the mode's one-piece linear:
 its bits differ from `F.linear`'s under the mode, and agree with each other across rank counts. Inference only: the
