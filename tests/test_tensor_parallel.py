@@ -159,3 +159,37 @@ def test_the_jax_mlp_has_the_same_bits_on_one_two_and_four_devices_and_in_any_ba
                            "jax_ranks_main()"], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def _trimul_rank(rank, ranks, init_file, out_dir, case):
+    from compare import gpu_or_interpreters
+
+    gpu_or_interpreters()
+    from ports import trimul as spec
+    from triton_kernels.trimul import trimul_rows
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        data = spec.make_inputs(case, case["seed"], "cpu")
+        torch.save(trimul_rows(data, dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
+def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
+    # the Triton port's rows split over 1, 2 and 4 ranks: each rank's rows are trimul's, bit for bit; N = 30 is
+    # padded to 32 (the last rank's padded rows cut), with a mask
+    from ports import trimul as spec
+    from triton_kernels.trimul import trimul, trimul_rows
+
+    case = dict(seqlen=30, bs=2, dim=32, hiddendim=32, seed=17, nomask=False, distribution="normal")
+    whole = trimul(spec.make_inputs(case, case["seed"], "cpu"))
+    assert torch.equal(trimul_rows(spec.make_inputs(case, case["seed"], "cpu"), None), whole)
+    for ranks in (2, 4):
+        folder = tmp_path / str(ranks)
+        folder.mkdir()
+        mp.spawn(_trimul_rank, args=(ranks, str(folder / "init"), str(folder), case), nprocs=ranks, join=True)
+        rows = torch.cat([torch.load(folder / f"rank{rank}.pt") for rank in range(ranks)], dim=1)
+        assert torch.equal(rows, whole), ranks

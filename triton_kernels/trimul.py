@@ -199,3 +199,66 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     out = out.view(batch, seq, seq, dim)
     refuse_flagged(flags, "triton")
     return out if seq == length else out[:, :length, :length].contiguous()
+
+
+def trimul_rows(data, group) -> torch.Tensor:
+    """This rank's rows i of TriMul's output, the sequence's rows split evenly across the ranks of a torch.distributed
+    group (None: one process, all rows): the same bits as `trimul`'s rows.
+
+    Every rank gets the whole input; it normalises and projects its own rows of pairs (b, i, k) alone, and the right
+    projection is gathered (all rows j, in rank order: values moved, not summed), so each product's sum over k runs
+    on one rank in `trimul`'s tiles and order. The triangle kernel runs on a buffer laid out as `trimul`'s, this
+    rank's left rows first; the output kernel on the rank's pairs. Returns [B, rows, N, dim] for the rank's rows
+    below N (padded rows cut). The range flags are reduced across the ranks (a maximum, exact), so all refuse
+    together."""
+    import torch.distributed as dist
+
+    validate(data, "torch")
+    x, mask, weights, config = data
+    batch, length, _, dim = x.shape
+    hidden = config["hidden_dim"]
+    seq = padded_length(length)
+    ranks, rank = (1, 0) if group is None else (dist.get_world_size(group), dist.get_rank(group))
+    tiles = triton_tiling(batch, seq, dim, hidden)
+    rows = seq // ranks
+    if seq % ranks or rows * seq % max(tiles.norm_rows, tiles.rows, tiles.output_rows):
+        raise ValueError(f"the sequence padded to {seq} does not split over {ranks} ranks into rows whose pairs fill "
+                         f"the kernels' tiles ({max(tiles.norm_rows, tiles.rows, tiles.output_rows)} pairs)")
+    x, mask = padded_inputs(x, mask, seq)
+    mine = slice(rank * rows, (rank + 1) * rows)
+    x, mask = x[:, mine].contiguous(), mask[:, mine].contiguous()
+    pairs = batch * rows * seq
+
+    normed = torch.empty((pairs, dim), device=x.device, dtype=torch.float16)
+    launch(_layer_norm_kernel, (pairs // tiles.norm_rows,),
+        x, weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
+        LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
+        num_stages=tiles.stages)
+    proj_weight, out_weight_t, flags = float16_weights([weights[f"{name}.weight"] for name in PROJECTIONS],
+                                                       weights["to_out.weight"], hidden, hidden, dim, launch)
+    gated = torch.empty((3 * batch * hidden, rows * seq), device=x.device, dtype=torch.float16)
+    launch(_gated_project_kernel, (3 * pairs // tiles.rows,),
+        normed, mask.reshape(pairs), proj_weight, gated, batch, rows * seq, DIM=dim, HIDDEN=hidden,
+        ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
+    left, right, _ = gated.view(3, batch * hidden, rows, seq).unbind(0)  # the out gate stays in gated
+    pieces = [torch.empty_like(right) for _ in range(ranks)] if ranks > 1 else [right]
+    if ranks > 1:
+        dist.all_gather(pieces, right.contiguous(), group=group)
+    triangle_in = torch.zeros((2, batch * hidden, seq, seq), device=x.device, dtype=torch.float16)
+    triangle_in[0, :, :rows] = left
+    triangle_in[1] = torch.cat(pieces, dim=1)
+    product = torch.empty((batch * hidden, seq, seq), device=x.device, dtype=torch.float16)
+    launch(_triangle_kernel, (-(-rows // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
+        triangle_in, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
+        TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
+    out = torch.empty((pairs, dim), device=x.device, dtype=torch.float32)
+    launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
+        product[:, :rows].contiguous(), gated,
+        weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
+        out_weight_t, out, flags, batch * hidden, rows * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden,
+        ROWS=tiles.output_rows, TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
+    if ranks > 1:
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+    refuse_flagged(flags, "triton")
+    kept = max(0, min(rows, length - rank * rows))
+    return out.view(batch, rows, seq, dim)[:, :kept, :length].contiguous()
