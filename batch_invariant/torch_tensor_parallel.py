@@ -1,10 +1,12 @@
 """Tensor parallelism with the torch mode's bits: linears whose weights are split across the ranks of a
-torch.distributed group, with the same bits on 1, 2, 4 and 8 ranks, and for a row in any batch.
+torch.distributed group, with the same bits on 1, 2, 4 and 8 ranks (tested on 1, 2 and 4), and for a row in any batch.
 
 A tensor-parallel model splits each linear's weight across ranks (Megatron's column- and row-parallel pair):
 - **column-parallel**: a rank holds some output features (rows of the weight) and computes them in full. Each output
   element's sum over K is the ports' sum whatever the width N (their tilings walk K in the same 16-deep steps:
-  `kernel_support.matmul_common`), so the gathered output has the bits of one rank's linear under the mode.
+  `kernel_support.matmul_common`), so the gathered output has the bits of one rank's linear under the mode: its
+  `addmm`, which `F.linear` runs for 2-d or contiguous input (a non-contiguous input with a bias goes through a
+  product rounded to x's dtype, then the bias added and rounded again).
 - **row-parallel**: a rank holds some input features (columns of the weight) and the matching slice of the input,
   and the ranks' partial products must be summed. An all-reduce sums them in an order that NCCL picks by message
   size and rank count, which moves bits. Here K is cut into 8 pieces (`TENSOR_PARALLEL_PARTS`) whatever the rank
@@ -44,8 +46,8 @@ def _gathered(local: torch.Tensor, group, dim: int) -> torch.Tensor:
     return torch.cat(pieces, dim=dim)
 
 
-def _inference_only(x: torch.Tensor) -> None:
-    if torch.is_grad_enabled() and x.requires_grad:
+def _inference_only(*tensors: torch.Tensor | None) -> None:
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise ValueError("tensor-parallel linears are for inference: their gathers carry no gradient (run under "
                          "torch.no_grad())")
 
@@ -65,7 +67,7 @@ def column_parallel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                     gather: bool = True) -> torch.Tensor:
     """x [..., K] @ weight.T + bias for this rank's rows of the weight (`shard(..., "column", group)`), in x's dtype:
     all the output features, in rank order (gather), or this rank's alone, the input of a row-parallel linear."""
-    _inference_only(x)
+    _inference_only(x, weight, bias)
     _check("linear", x, weight, *(() if bias is None else (bias,)))
     rows = x.reshape(-1, x.shape[-1])
     total = _product(rows, weight.T, "float32")
@@ -81,7 +83,7 @@ def row_parallel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     weight [N, K / ranks] its columns (`shard(..., "row", group)`), bias [N] whole; returns the whole output
     [..., N] in `dtype` (default x's; float32 for logits kept wide), the same on every rank: K's 8 pieces as
     float32 products, added in piece order."""
-    _inference_only(x)
+    _inference_only(x, weight, bias)
     _check("linear", x, weight, *(() if bias is None else (bias,)))
     local_parts = row_parallel_pieces(x.shape[-1], ranks_and_rank(group)[0])
     rows = x.reshape(-1, x.shape[-1])

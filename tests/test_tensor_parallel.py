@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import batch_invariant.torch_mode as bi
-from batch_invariant import TENSOR_PARALLEL_PARTS
+from batch_invariant import TENSOR_PARALLEL_PARTS, NotCovered, row_parallel_pieces, tensor_parallel_share
 from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel, shard
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -43,10 +43,12 @@ def batch_and_rows():
 
 
 def outputs(group):
-    """The MLP on a batch of 7 rows, on its first 3 and on its row 4 alone."""
+    """The MLP on a batch of 7 rows, on its first 3 and on its row 4 alone; and its up projection gathered."""
     x = batch_and_rows()
+    (up_w, up_b), _ = mlp_weights()
     with torch.no_grad():
-        return mlp(x, group), mlp(x[:3], group), mlp(x[4:5], group)
+        return (mlp(x, group), mlp(x[:3], group), mlp(x[4:5], group),
+                column_parallel(x, *shard(up_w, up_b, "column", group), group))
 
 
 def _rank(rank, ranks, init_file, out_dir):
@@ -71,7 +73,7 @@ def on_ranks(ranks, tmp_path):
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
 def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch(tmp_path):
     alone = outputs(None)
-    batch, first_three, row_four = alone
+    batch, first_three, row_four, _ = alone
     assert torch.equal(batch[:3], first_three) and torch.equal(batch[4:5], row_four)  # in any batch
     (up_w, up_b), (down_w, down_b) = mlp_weights()
     x = batch_and_rows()
@@ -84,11 +86,13 @@ def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch(tm
             assert all(torch.equal(a, b) for a, b in zip(results, alone)), (ranks, rank)
 
 
-def test_column_parallel_has_the_mode_linears_bits():
-    x = batch_and_rows()
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_column_parallel_has_the_mode_linears_bits(with_bias):
+    x = batch_and_rows().reshape(7, 1, WIDTH)  # 3-d, contiguous: F.linear's addmm
     (up_w, up_b), _ = mlp_weights()
+    bias = up_b if with_bias else None
     with torch.no_grad(), bi.batch_invariant():
-        assert torch.equal(column_parallel(x, up_w, up_b, None), torch.nn.functional.linear(x, up_w, up_b))
+        assert torch.equal(column_parallel(x, up_w, bias, None), torch.nn.functional.linear(x, up_w, bias))
 
 
 def test_what_a_tensor_parallel_linear_cannot_take_is_named():
@@ -101,13 +105,19 @@ def test_what_a_tensor_parallel_linear_cannot_take_is_named():
                      None, None)
     with pytest.raises(ValueError, match="'column' or 'row'"):
         shard(up_w, up_b, "diagonal", None)
-    with pytest.raises(Exception, match="not covered"):
+    with pytest.raises(NotCovered, match="not covered"):
         column_parallel(x.float(), up_w.float(), None, None)
+    with pytest.raises(ValueError, match="inference"):
+        column_parallel(x, up_w.clone().requires_grad_(), up_b, None)
+    with pytest.raises(ValueError, match="does not split over 3 ranks"):
+        tensor_parallel_share(up_w.shape, "column", 3)
+    with pytest.raises(ValueError, match="1, 2, 4 or 8 ranks"):
+        row_parallel_pieces(WIDTH, 3)
 
 
 def jax_mlp(x, weights, ranks):
     """The same MLP in JAX, run by shard_map over `ranks` of the CPU's devices under the JAX mode (whole inputs in,
-    each device taking its share of the weights); the output in float32."""
+    each device taking its share of the weights): the output in float32, and the up projection gathered."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, PartitionSpec
@@ -116,15 +126,16 @@ def jax_mlp(x, weights, ranks):
     from batch_invariant.jax_tensor_parallel import column_parallel, row_parallel, shard
 
     def layer(x, up_w, up_b, down_w, down_b):
-        rank = jax.lax.axis_index("model")
-        hidden = column_parallel(x, *shard(up_w, up_b, "column", "model", ranks, rank), "model", gather=False)
+        hidden = column_parallel(x, *shard(up_w, up_b, "column", "model"), "model", gather=False)
         hidden = jax.nn.silu(hidden.astype(np.float32)).astype(x.dtype)
-        return row_parallel(hidden, *shard(down_w, down_b, "row", "model", ranks, rank), "model", dtype=np.float32)
+        gathered = column_parallel(x, *shard(up_w, up_b, "column", "model"), "model")
+        return row_parallel(hidden, *shard(down_w, down_b, "row", "model"), "model", dtype=np.float32), gathered
 
     mesh = Mesh(np.array(jax.devices()[:ranks]), ("model",))
     whole = PartitionSpec()
-    step = jax.shard_map(batch_invariant(layer), mesh=mesh, in_specs=(whole,) * 5, out_specs=whole, check_vma=False)
-    return np.asarray(jax.jit(step)(x, *weights))
+    step = jax.shard_map(batch_invariant(layer), mesh=mesh, in_specs=(whole,) * 5, out_specs=(whole, whole),
+                         check_vma=False)
+    return [np.asarray(out) for out in jax.jit(step)(x, *weights)]
 
 
 def jax_ranks_main():
@@ -134,6 +145,7 @@ def jax_ranks_main():
     import sys
 
     import jax.numpy as jnp
+    import numpy as np
 
     import batch_invariant.jax_mode as jax_mode
 
@@ -141,12 +153,18 @@ def jax_ranks_main():
 
     x = jnp.asarray(batch_and_rows().cpu().numpy())
     weights = [jnp.asarray(t.cpu().numpy()) for pair in mlp_weights() for t in pair]
-    alone = jax_mlp(x, weights, 1)
+    alone, gathered = jax_mlp(x, weights, 1)
     failures = []
-    if not (jax_mlp(x[:3], weights, 1) == alone[:3]).all():
+    up_w, up_b, down_w, down_b = (np.asarray(w, np.float64) for w in weights)
+    hidden = np.asarray(x, np.float64) @ up_w.T + up_b
+    expected = (hidden / (1 + np.exp(-hidden))) @ down_w.T + down_b
+    if np.abs(alone - expected).max() > 2e-2 * np.abs(expected).max():
+        failures.append(f"one device: off the float64 MLP by {np.abs(alone - expected).max()}")
+    if not (jax_mlp(x[:3], weights, 1)[0] == alone[:3]).all():
         failures.append("one device: the first 3 rows alone differ from the batch's")
     for ranks in (2, 4):
-        if not (jax_mlp(x, weights, ranks) == alone).all():
+        output, up = jax_mlp(x, weights, ranks)
+        if not ((output == alone).all() and (up == gathered).all()):
             failures.append(f"{ranks} devices differ from one")
     sys.exit("; ".join(failures) or 0)
 
@@ -172,7 +190,7 @@ def _trimul_rank(rank, ranks, init_file, out_dir, case):
                             timeout=datetime.timedelta(seconds=120))
     try:
         data = spec.make_inputs(case, case["seed"], "cpu")
-        torch.save(trimul_rows(data, dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
+        torch.save(trimul_rows(data, dist.group.WORLD, poison=True), pathlib.Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -186,7 +204,7 @@ def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
 
     case = dict(seqlen=30, bs=2, dim=32, hiddendim=32, seed=17, nomask=False, distribution="normal")
     whole = trimul(spec.make_inputs(case, case["seed"], "cpu"))
-    assert torch.equal(trimul_rows(spec.make_inputs(case, case["seed"], "cpu"), None), whole)
+    assert torch.equal(trimul_rows(spec.make_inputs(case, case["seed"], "cpu"), None, poison=True), whole)
     for ranks in (2, 4):
         folder = tmp_path / str(ranks)
         folder.mkdir()

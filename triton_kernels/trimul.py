@@ -201,16 +201,17 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
     return out if seq == length else out[:, :length, :length].contiguous()
 
 
-def trimul_rows(data, group) -> torch.Tensor:
+def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
     """This rank's rows i of TriMul's output, the sequence's rows split evenly across the ranks of a torch.distributed
     group (None: one process, all rows): the same bits as `trimul`'s rows.
 
     Every rank gets the whole input; it normalises and projects its own rows of pairs (b, i, k) alone, and the right
     projection is gathered (all rows j, in rank order: values moved, not summed), so each product's sum over k runs
-    on one rank in `trimul`'s tiles and order. The triangle kernel runs on a buffer laid out as `trimul`'s, this
-    rank's left rows first; the output kernel on the rank's pairs. Returns [B, rows, N, dim] for the rank's rows
-    below N (padded rows cut). The range flags are reduced across the ranks (a maximum, exact), so all refuse
-    together."""
+    on one rank with `trimul`'s tile shape and k order. The triangle kernel runs on a buffer laid out as `trimul`'s,
+    this rank's left rows first (so a row may sit at another place in its tile than in `trimul`: the same bits where
+    a row's products do not depend on the tile's other rows, as on the GPU); the output kernel on the rank's pairs.
+    Returns [B, rows, N, dim] for the rank's rows below N (padded rows cut). The range flags are reduced across the
+    ranks (a maximum, exact), so all refuse together. poison: as `trimul`'s."""
     import torch.distributed as dist
 
     validate(data, "torch")
@@ -228,15 +229,16 @@ def trimul_rows(data, group) -> torch.Tensor:
     mine = slice(rank * rows, (rank + 1) * rows)
     x, mask = x[:, mine].contiguous(), mask[:, mine].contiguous()
     pairs = batch * rows * seq
+    allocate = scratch(x.device, poison)
 
-    normed = torch.empty((pairs, dim), device=x.device, dtype=torch.float16)
+    normed = allocate((pairs, dim), torch.float16)
     launch(_layer_norm_kernel, (pairs // tiles.norm_rows,),
         x, weights["norm.weight"].contiguous(), weights["norm.bias"].contiguous(), normed,
         LAYER_NORM_EPS, DIM=dim, ROWS=tiles.norm_rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.norm_warps,
         num_stages=tiles.stages)
     proj_weight, out_weight_t, flags = float16_weights([weights[f"{name}.weight"] for name in PROJECTIONS],
                                                        weights["to_out.weight"], hidden, hidden, dim, launch)
-    gated = torch.empty((3 * batch * hidden, rows * seq), device=x.device, dtype=torch.float16)
+    gated = allocate((3 * batch * hidden, rows * seq), torch.float16)
     launch(_gated_project_kernel, (3 * pairs // tiles.rows,),
         normed, mask.reshape(pairs), proj_weight, gated, batch, rows * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
@@ -247,11 +249,11 @@ def trimul_rows(data, group) -> torch.Tensor:
     triangle_in = torch.zeros((2, batch * hidden, seq, seq), device=x.device, dtype=torch.float16)
     triangle_in[0, :, :rows] = left
     triangle_in[1] = torch.cat(pieces, dim=1)
-    product = torch.empty((batch * hidden, seq, seq), device=x.device, dtype=torch.float16)
+    product = allocate((batch * hidden, seq, seq), torch.float16)
     launch(_triangle_kernel, (-(-rows // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
         triangle_in, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
-    out = torch.empty((pairs, dim), device=x.device, dtype=torch.float32)
+    out = allocate((pairs, dim), torch.float32)
     launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
         product[:, :rows].contiguous(), gated,
         weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
