@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -133,8 +134,8 @@ def test_range_check_ab_drops_each_ports_check_and_the_driver_reads_its_command(
     for variant in args.variant:
         name, target = variant.split("=", 1)
         port, copy = target.split(":", 1)
-        original = (ROOT / f"{port}_kernels" / "trimul.py").read_text().splitlines()
-        dropped = [line for line in original if line not in Path(copy).read_text().splitlines()]
+        original = Counter((ROOT / f"{port}_kernels" / "trimul.py").read_text().splitlines())
+        dropped = list((original - Counter(Path(copy).read_text().splitlines())).elements())
         assert name == f"unchecked_{port}" and len(dropped) == 1 and "refuse_" in dropped[0]
     assert len(args.variant) == 4
 

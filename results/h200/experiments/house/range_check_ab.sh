@@ -12,7 +12,8 @@ variants=()
 impls=()
 for port in triton gluon pallas mosaic_gpu; do
     copy=/tmp/trimul_unchecked_${port}.py
-    sed '/^    refuse_\(non_finite\|flagged\)(/d' "${port}_kernels/trimul.py" > "$copy"
+    # the first call only: the port's `trimul` (triton_kernels/trimul.py's `trimul_rows`, after it, keeps its own)
+    sed '0,/^    refuse_\(non_finite\|flagged\)(/{//d}' "${port}_kernels/trimul.py" > "$copy"
     cmp -s "$copy" "${port}_kernels/trimul.py" && { echo "no range check found in ${port}_kernels/trimul.py"; exit 1; }
     variants+=(--variant "unchecked_${port}=${port}:${copy}")
     impls+=("$port" "unchecked_${port}")
