@@ -51,23 +51,32 @@ def outputs(group):
                 column_parallel(x, *shard(up_w, up_b, "column", group), group))
 
 
-def _rank(rank, ranks, init_file, out_dir):
+def _rank(rank, ranks, init_file, out_dir, work, *args):
+    """One gloo process: `work(*args, group)`'s result saved as rank{rank}.pt."""
     from compare import gpu_or_interpreters
 
     gpu_or_interpreters()
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
                             timeout=datetime.timedelta(seconds=120))  # a rank that failed stops the others soon
     try:
-        torch.save(outputs(dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
+        torch.save(work(*args, dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def on_ranks(ranks, tmp_path):
-    """`outputs` on `ranks` processes; each rank's results."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank, args=(ranks, str(tmp_path / "init"), str(tmp_path)), nprocs=ranks, join=True)
-    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(ranks)]
+def on_ranks(ranks, folder, work, *args):
+    """`work(*args, group)` on `ranks` gloo processes; each rank's result."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_rank, args=(ranks, str(folder / "init"), str(folder), work, *args), nprocs=ranks, join=True)
+    return [torch.load(folder / f"rank{rank}.pt") for rank in range(ranks)]
+
+
+def mlp_float64(x):
+    """The MLP in float64, unsplit: the reference both frameworks' outputs are held to."""
+    (up_w, up_b), (down_w, down_b) = mlp_weights()
+    linear = torch.nn.functional.linear
+    return linear(torch.nn.functional.silu(linear(x.double(), up_w.double(), up_b.double())), down_w.double(),
+                  down_b.double())
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
@@ -75,14 +84,10 @@ def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch(tm
     alone = outputs(None)
     batch, first_three, row_four, _ = alone
     assert torch.equal(batch[:3], first_three) and torch.equal(batch[4:5], row_four)  # in any batch
-    (up_w, up_b), (down_w, down_b) = mlp_weights()
-    x = batch_and_rows()
-    with torch.no_grad():
-        expected = torch.nn.functional.linear(torch.nn.functional.silu(
-            torch.nn.functional.linear(x.double(), up_w.double(), up_b.double())), down_w.double(), down_b.double())
+    expected = mlp_float64(batch_and_rows())
     assert float((batch.double() - expected).abs().max()) < 2e-2 * float(expected.abs().max())  # and right
     for ranks in (2, 4):
-        for rank, results in enumerate(on_ranks(ranks, tmp_path / str(ranks))):
+        for rank, results in enumerate(on_ranks(ranks, tmp_path / str(ranks), outputs)):
             assert all(torch.equal(a, b) for a, b in zip(results, alone)), (ranks, rank)
 
 
@@ -97,7 +102,7 @@ def test_column_parallel_has_the_mode_linears_bits(with_bias):
 
 def test_what_a_tensor_parallel_linear_cannot_take_is_named():
     x = batch_and_rows()
-    (up_w, up_b), (down_w, down_b) = mlp_weights()
+    (up_w, up_b), _ = mlp_weights()
     with pytest.raises(ValueError, match="inference"):
         column_parallel(x.clone().requires_grad_(), up_w, up_b, None)
     with pytest.raises(ValueError, match=f"divisible by {TENSOR_PARALLEL_PARTS}"):
@@ -155,9 +160,7 @@ def jax_ranks_main():
     weights = [jnp.asarray(t.cpu().numpy()) for pair in mlp_weights() for t in pair]
     alone, gathered = jax_mlp(x, weights, 1)
     failures = []
-    up_w, up_b, down_w, down_b = (np.asarray(w, np.float64) for w in weights)
-    hidden = np.asarray(x, np.float64) @ up_w.T + up_b
-    expected = (hidden / (1 + np.exp(-hidden))) @ down_w.T + down_b
+    expected = mlp_float64(batch_and_rows()).cpu().numpy()
     if np.abs(alone - expected).max() > 2e-2 * np.abs(expected).max():
         failures.append(f"one device: off the float64 MLP by {np.abs(alone - expected).max()}")
     if not (jax_mlp(x[:3], weights, 1)[0] == alone[:3]).all():
@@ -179,20 +182,11 @@ def test_the_jax_mlp_has_the_same_bits_on_one_two_and_four_devices_and_in_any_ba
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
 
-def _trimul_rank(rank, ranks, init_file, out_dir, case):
-    from compare import gpu_or_interpreters
-
-    gpu_or_interpreters()
+def _trimul_rows_of(case, group):
     from ports import trimul as spec
     from triton_kernels.trimul import trimul_rows
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
-        data = spec.make_inputs(case, case["seed"], "cpu")
-        torch.save(trimul_rows(data, dist.group.WORLD, poison=True), pathlib.Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    return trimul_rows(spec.make_inputs(case, case["seed"], "cpu"), group, poison=True)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
@@ -200,14 +194,11 @@ def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
     # the Triton port's rows split over 1, 2 and 4 ranks: each rank's rows are trimul's, bit for bit; N = 30 is
     # padded to 32 (the last rank's padded rows cut), with a mask
     from ports import trimul as spec
-    from triton_kernels.trimul import trimul, trimul_rows
+    from triton_kernels.trimul import trimul
 
     case = dict(seqlen=30, bs=2, dim=32, hiddendim=32, seed=17, nomask=False, distribution="normal")
     whole = trimul(spec.make_inputs(case, case["seed"], "cpu"))
-    assert torch.equal(trimul_rows(spec.make_inputs(case, case["seed"], "cpu"), None, poison=True), whole)
+    assert torch.equal(_trimul_rows_of(case, None), whole)
     for ranks in (2, 4):
-        folder = tmp_path / str(ranks)
-        folder.mkdir()
-        mp.spawn(_trimul_rank, args=(ranks, str(folder / "init"), str(folder), case), nprocs=ranks, join=True)
-        rows = torch.cat([torch.load(folder / f"rank{rank}.pt") for rank in range(ranks)], dim=1)
-        assert torch.equal(rows, whole), ranks
+        rows = on_ranks(ranks, tmp_path / str(ranks), _trimul_rows_of, case)
+        assert torch.equal(torch.cat(rows, dim=1), whole), ranks
