@@ -13,6 +13,7 @@
 The refs are whole arrays (no BlockSpecs): each kernel slices them with pl.ds at offsets it
 computes from its program id, as the Triton kernels do with pointers. On a machine without a
 GPU the kernels run in Pallas interpret mode, whose fresh outputs start as NaN.
+`trimul_sharded` runs the same kernels on each device's rows i under `jax.shard_map`, with `trimul`'s bits.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
+from jax.sharding import NamedSharding, PartitionSpec
 
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
@@ -113,12 +115,14 @@ def _gated_project_kernel(normed_ref, mask_ref, proj_weight_ref, gated_ref, *, b
         gated_ref[dest] = project(gated=False).astype(jnp.float16)
 
 
-def _triangle_kernel(gated_ref, product_ref, *, batch_hidden, seq, tile_i, tile_j, tile_k):
-    """gated_ref [3*B*hidden*N, N], product_ref [B*hidden*N, N]: row (bh*N + i) holds [bh, i, :]."""
+def _triangle_kernel(gated_ref, product_ref, *, batch_hidden, left_seq, seq, tile_i, tile_j, tile_k):
+    """gated_ref [B*hidden*left_seq + B*hidden*N + ..., N]: row (bh*left_seq + i) holds left [bh, i, :], row
+    (B*hidden*left_seq + bh*N + j) right [bh, j, :]; product_ref [B*hidden*left_seq, N]. left_seq is N but for the
+    rows of a shard (`trimul_sharded`)."""
     tile = pl.program_id(0)
     bh = pl.program_id(1)
-    i0 = bh * seq + (tile // (seq // tile_j)) * tile_i
-    j0 = (batch_hidden + bh) * seq + (tile % (seq // tile_j)) * tile_j
+    i0 = bh * left_seq + (tile // (seq // tile_j)) * tile_i
+    j0 = batch_hidden * left_seq + bh * seq + (tile % (seq // tile_j)) * tile_j
 
     def step(k, acc):
         k0 = pl.multiple_of(k * tile_k, tile_k)
@@ -153,11 +157,15 @@ def _out_norm_project_kernel(product_ref, gated_ref, out_norm_weight_ref, out_no
     jax.lax.fori_loop(0, dim // tile_out, step, 0)
 
 
-@functools.partial(jax.jit, static_argnames=("hidden", "interpret"))
-def _trimul(x, mask, weights, *, hidden, interpret):
-    batch, seq, _, dim = x.shape
+def _trimul_rows(x, mask, weights, *, hidden, interpret, axis_name=None):
+    """TriMul's rows i of x [B, rows, N, dim] and mask [B, rows, N]: all N rows (axis_name None), or this device's
+    shard of them inside `jax.shard_map` over the mesh axis `axis_name`, whose right projection (all rows j) is
+    gathered from the axis's devices in device order, values moved, not summed. Returns out [B, rows, N, dim]
+    float32 and the sum of its column 0 (the range check's, `refuse_non_finite`)."""
+    batch, rows, seq, dim = x.shape
     tiles = kernel_tiling(batch, seq, dim, hidden)
-    pairs = batch * seq * seq
+    pairs = batch * rows * seq
+    batch_hidden = batch * hidden
     proj_weight = jnp.concatenate([weights[f"{name}.weight"] for name in PROJECTIONS]).astype(jnp.float16)
     out_weight_t = weights["to_out.weight"].T.astype(jnp.float16)
 
@@ -171,29 +179,40 @@ def _trimul(x, mask, weights, *, hidden, interpret):
         name="trimul_layer_norm",
     )(x.reshape(pairs, dim), weights["norm.weight"], weights["norm.bias"])
     gated = pl.pallas_call(
-        functools.partial(_gated_project_kernel, batch=batch, pairs_per_batch=seq * seq, dim=dim,
+        functools.partial(_gated_project_kernel, batch=batch, pairs_per_batch=rows * seq, dim=dim,
                           hidden=hidden, rows=tiles.rows, tile_dim=tiles.tile_dim),
-        out_shape=jax.ShapeDtypeStruct((3 * batch * hidden, seq * seq), jnp.float16),
+        out_shape=jax.ShapeDtypeStruct((3 * batch_hidden, rows * seq), jnp.float16),
         grid=(3 * pairs // tiles.rows,), compiler_params=params(tiles.project_warps), interpret=interpret,
         name="trimul_gated_project",
     )(normed, mask.reshape(pairs), proj_weight)
+    if axis_name is None:  # left and right as written, rows i and j alike
+        left_seq, triangle_in = seq, gated.reshape(3 * batch_hidden * seq, seq)
+    else:  # this shard's left rows, padded to whole tiles, then every device's right rows
+        left_seq = -(-rows // tiles.tile_i) * tiles.tile_i
+        left, right = gated[:2 * batch_hidden].reshape(2, batch_hidden, rows, seq)
+        left = jnp.pad(left, ((0, 0), (0, left_seq - rows), (0, 0)))
+        right = jax.lax.all_gather(right, axis_name, axis=1, tiled=True)
+        triangle_in = jnp.concatenate([left.reshape(-1, seq), right.reshape(-1, seq)])
     product = pl.pallas_call(
-        functools.partial(_triangle_kernel, batch_hidden=batch * hidden, seq=seq, tile_i=tiles.tile_i,
-                          tile_j=tiles.tile_j, tile_k=tiles.tile_k),
-        out_shape=jax.ShapeDtypeStruct((batch * hidden * seq, seq), jnp.float16),
-        grid=((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
+        functools.partial(_triangle_kernel, batch_hidden=batch_hidden, left_seq=left_seq, seq=seq,
+                          tile_i=tiles.tile_i, tile_j=tiles.tile_j, tile_k=tiles.tile_k),
+        out_shape=jax.ShapeDtypeStruct((batch_hidden * left_seq, seq), jnp.float16),
+        grid=((left_seq // tiles.tile_i) * (seq // tiles.tile_j), batch_hidden),
         compiler_params=params(tiles.contract_warps), interpret=interpret, name="trimul_triangle",
-    )(gated.reshape(3 * batch * hidden * seq, seq))
+    )(triangle_in)
+    product = product.reshape(batch_hidden, left_seq, seq)[:, :rows].reshape(batch_hidden, rows * seq)
     out = pl.pallas_call(
-        functools.partial(_out_norm_project_kernel, batch_hidden=batch * hidden, pairs_per_batch=seq * seq,
+        functools.partial(_out_norm_project_kernel, batch_hidden=batch_hidden, pairs_per_batch=rows * seq,
                           dim=dim, hidden=hidden, rows=tiles.output_rows, tile_out=tiles.tile_out),
         out_shape=jax.ShapeDtypeStruct((pairs, dim), jnp.float32),
         grid=(pairs // tiles.output_rows,), compiler_params=params(tiles.output_warps), interpret=interpret,
         name="trimul_out_norm_project",
-    )(product.reshape(batch * hidden, seq * seq), gated, weights["to_out_norm.weight"],
-      weights["to_out_norm.bias"], out_weight_t)
-    out = out.reshape(batch, seq, seq, dim)
+    )(product, gated, weights["to_out_norm.weight"], weights["to_out_norm.bias"], out_weight_t)
+    out = out.reshape(batch, rows, seq, dim)
     return out, jnp.sum(out[..., 0])
+
+
+_trimul = jax.jit(_trimul_rows, static_argnames=("hidden", "interpret", "axis_name"))
 
 
 def trimul(data):
@@ -210,4 +229,47 @@ def trimul(data):
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
     refuse_non_finite(column_sum, "pallas")
+    return out if seq == length else cut_to(out, shape=(batch, length, length, dim))
+
+
+@functools.partial(jax.jit, static_argnames=("hidden", "interpret", "mesh", "axis_name"))
+def _trimul_sharded(x, mask, weights, *, hidden, interpret, mesh, axis_name):
+    rows = PartitionSpec(None, axis_name)
+
+    def shard(x, mask, weights):
+        out, column_sum = _trimul_rows(x, mask, weights, hidden=hidden, interpret=interpret, axis_name=axis_name)
+        return out, jax.lax.psum(column_sum, axis_name)
+
+    return jax.shard_map(shard, mesh=mesh, in_specs=(rows, rows, PartitionSpec()),
+                         out_specs=(rows, PartitionSpec()), check_vma=False)(x, mask, weights)
+
+
+def trimul_sharded(data, mesh, axis_name: str):
+    """`trimul` with the rows i split evenly across the devices of `mesh`'s axis `axis_name`, by `jax.shard_map`:
+    the same bits as `trimul`, [B, N, N, dim] float32 sharded by rows over the axis.
+
+    Each device normalises and projects its own rows of pairs (b, i, k), gathers the right projection of all rows j
+    (in device order: values moved, not summed), and contracts its left rows against them with `trimul`'s tile shape
+    and k order, so that each product's sum over k runs on one device as in `trimul`. A device holds its rows of x,
+    of the intermediates and of the output, and the whole right projection. Raises ValueError where N padded (see
+    `padded_length`) does not split into rows whose pairs fill the kernels' tiles; Float16RangeError as `trimul`
+    (the column sums added across the devices)."""
+    validate(data, "jax")
+    x, mask, weights, config = data
+    batch, length, _, dim = x.shape
+    hidden = config["hidden_dim"]
+    seq = padded_length(length)
+    devices = mesh.shape[axis_name]
+    tiles = kernel_tiling(batch, seq, dim, hidden)
+    tile_pairs = max(tiles.norm_rows, tiles.rows, tiles.output_rows)
+    if seq % devices or (seq // devices) * seq % tile_pairs:
+        raise ValueError(f"the sequence padded to {seq} does not split over {devices} devices into rows whose pairs "
+                         f"fill the kernels' tiles ({tile_pairs} pairs)")
+    if seq != length:
+        x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
+    rows, whole = NamedSharding(mesh, PartitionSpec(None, axis_name)), NamedSharding(mesh, PartitionSpec())
+    x, mask, weights = jax.device_put((x, mask, weights), (rows, rows, whole))  # no copy where already so
+    out, column_sum = _trimul_sharded(x, mask, weights, hidden=hidden, interpret=jax.default_backend() != "gpu",
+                                      mesh=mesh, axis_name=axis_name)
+    refuse_non_finite(column_sum.addressable_data(0), "pallas")  # every device holds the sum: the first's copy
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -174,11 +174,7 @@ def jax_ranks_main():
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="devices as the CPU's, through the interpreters: one GPU holds one rank")
 def test_the_jax_mlp_has_the_same_bits_on_one_two_and_four_devices_and_in_any_batch():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", "from compare import gpu_or_interpreters; gpu_or_interpreters(); "
-                           "from tests.test_tensor_parallel import jax_ranks_main; "
-                           "jax_ranks_main()"], env=env, cwd=pathlib.Path(__file__).resolve().parents[1],
-                          capture_output=True, text=True)
+    done = in_a_process_with_four_cpu_devices("jax_ranks_main")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
 
@@ -202,3 +198,56 @@ def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
     for ranks in (2, 4):
         rows = on_ranks(ranks, tmp_path / str(ranks), _trimul_rows_of, case)
         assert torch.equal(torch.cat(rows, dim=1), whole), ranks
+
+
+def jax_trimul_main():
+    """Run in a process with 4 CPU devices (XLA_FLAGS): the Pallas port's TriMul sharded by rows over 1, 2 and 4
+    devices has `trimul`'s bits (N = 30 padded to 32, with a mask); 3 devices are refused by name, and x whose
+    LayerNorm passes float32's range on every device; exit status 1 with the reasons where one fails."""
+    import sys
+
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from kernel_support.trimul_common import Float16RangeError
+    from pallas_kernels.trimul import trimul, trimul_sharded
+    from ports import to_framework
+    from ports import trimul as spec
+
+    case = dict(seqlen=30, bs=2, dim=32, hiddendim=32, seed=17, nomask=False, distribution="normal")
+    data = to_framework("jax", spec.make_inputs(case, case["seed"], "cpu"))
+    whole = np.asarray(trimul(data))
+    failures = []
+    for devices in (1, 2, 4):
+        out = trimul_sharded(data, Mesh(np.array(jax.devices()[:devices]), ("rows",)), "rows")
+        if not (np.asarray(out) == whole).all():
+            failures.append(f"{devices} devices differ from trimul")
+    try:
+        trimul_sharded(data, Mesh(np.array(jax.devices()[:3]), ("rows",)), "rows")
+        failures.append("3 devices were not refused")
+    except ValueError as refusal:
+        if "does not split over 3 devices" not in str(refusal):
+            failures.append(f"3 devices: {refusal}")
+    x, mask, weights, config = data
+    try:
+        trimul_sharded((x * 1e20, mask, weights, config), Mesh(np.array(jax.devices()[:4]), ("rows",)), "rows")
+        failures.append("x * 1e20 was not refused")
+    except Float16RangeError:
+        pass
+    sys.exit("; ".join(failures) or 0)
+
+
+def in_a_process_with_four_cpu_devices(main: str):
+    """`tests.test_tensor_parallel.<main>()` run in a fresh Python with JAX on 4 CPU devices; its exit status and
+    output."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-c", "from compare import gpu_or_interpreters; gpu_or_interpreters(); "
+                           f"from tests.test_tensor_parallel import {main}; {main}()"],
+                          env=env, cwd=pathlib.Path(__file__).resolve().parents[1], capture_output=True, text=True)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="devices as the CPU's, through the interpreters: one GPU holds one rank")
+def test_jax_trimul_sharded_by_rows_has_one_devices_bits():
+    done = in_a_process_with_four_cpu_devices("jax_trimul_main")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
