@@ -108,19 +108,21 @@ def _gated_project_kernel(xn_ptr, mask_ptr, proj_weight_ptr, gated_ptr, batch, p
 
 
 @triton.jit
-def _triangle_kernel(gated_ptr, product_ptr, batch_hidden, SEQ: tl.constexpr,
+def _triangle_kernel(gated_ptr, product_ptr, batch_hidden, LEFT_SEQ: tl.constexpr, SEQ: tl.constexpr,
                      TILE_I: tl.constexpr, TILE_J: tl.constexpr, TILE_K: tl.constexpr):
+    # gated: left [B*hidden, LEFT_SEQ, N], then right [B*hidden, N, N]; product [B*hidden, LEFT_SEQ, N]. LEFT_SEQ is
+    # N but for the rows of a shard (trimul_rows).
     tile = tl.program_id(0)
     bh = tl.program_id(1)
     i = (tile // (SEQ // TILE_J)) * TILE_I + tl.arange(0, TILE_I)
     j = (tile % (SEQ // TILE_J)) * TILE_J + tl.arange(0, TILE_J)
     k = tl.arange(0, TILE_K)
-    left = gated_ptr + bh * SEQ * SEQ + i[:, None] * SEQ + k[None, :]
-    right = gated_ptr + (batch_hidden + bh) * SEQ * SEQ + j[:, None] * SEQ + k[None, :]
+    left = gated_ptr + bh * LEFT_SEQ * SEQ + i[:, None] * SEQ + k[None, :]
+    right = gated_ptr + batch_hidden * LEFT_SEQ * SEQ + bh * SEQ * SEQ + j[:, None] * SEQ + k[None, :]
     acc = tl.zeros([TILE_I, TILE_J], tl.float32)
     for k0 in range(0, SEQ, TILE_K):
         acc += tl.dot(tl.load(left + k0), tl.trans(tl.load(right + k0)))
-    dest = product_ptr + bh * SEQ * SEQ + i[:, None] * SEQ + j[None, :]
+    dest = product_ptr + bh * LEFT_SEQ * SEQ + i[:, None] * SEQ + j[None, :]
     tl.store(dest, acc.to(tl.float16))
 
 
@@ -190,7 +192,7 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         normed, mask.contiguous(), proj_weight, gated, batch, seq * seq, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.rows, TILE_DIM=tiles.tile_dim, num_warps=tiles.project_warps, num_stages=tiles.stages)
     launch(_triangle_kernel, ((seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
-        gated, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
+        gated, product, batch * hidden, LEFT_SEQ=seq, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
     launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
         product, gated, weights["to_out_norm.weight"].contiguous(), weights["to_out_norm.bias"].contiguous(),
@@ -207,9 +209,10 @@ def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
 
     Every rank gets the whole input; it normalises and projects its own rows of pairs (b, i, k) alone, and the right
     projection is gathered (all rows j, in rank order: values moved, not summed), so each product's sum over k runs
-    on one rank with `trimul`'s tile shape and k order. The triangle kernel runs on a buffer laid out as `trimul`'s,
-    this rank's left rows first (so a row may sit at another place in its tile than in `trimul`: the same bits where
-    a row's products do not depend on the tile's other rows, as on the GPU); the output kernel on the rank's pairs.
+    on one rank with `trimul`'s tile shape and k order. The triangle kernel contracts this rank's left rows, padded
+    to whole tiles (so a row may sit at another place in its tile than in `trimul`: the same bits where a row's
+    products do not depend on the tile's other rows, as on the GPU), against all the right rows; the output kernel
+    runs on the rank's pairs. A rank's intermediates hold its rows and the whole right projection.
     Returns [B, rows, N, dim] for the rank's rows below N (padded rows cut). The range flags are reduced across the
     ranks (a maximum, exact), so all refuse together. poison: as `trimul`'s."""
     import torch.distributed as dist
@@ -246,12 +249,12 @@ def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
     pieces = [torch.empty_like(right) for _ in range(ranks)] if ranks > 1 else [right]
     if ranks > 1:
         dist.all_gather(pieces, right.contiguous(), group=group)
-    triangle_in = torch.zeros((2, batch * hidden, seq, seq), device=x.device, dtype=torch.float16)
-    triangle_in[0, :, :rows] = left
-    triangle_in[1] = torch.cat(pieces, dim=1)
-    product = allocate((batch * hidden, seq, seq), torch.float16)
-    launch(_triangle_kernel, (-(-rows // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
-        triangle_in, product, batch * hidden, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
+    left_seq = -(-rows // tiles.tile_i) * tiles.tile_i  # this rank's left rows, padded to whole tiles
+    left = torch.nn.functional.pad(left, (0, 0, 0, left_seq - rows))
+    triangle_in = torch.cat([left.flatten(), torch.cat(pieces, dim=1).flatten()])
+    product = allocate((batch * hidden, left_seq, seq), torch.float16)
+    launch(_triangle_kernel, ((left_seq // tiles.tile_i) * (seq // tiles.tile_j), batch * hidden),
+        triangle_in, product, batch * hidden, LEFT_SEQ=left_seq, SEQ=seq, TILE_I=tiles.tile_i, TILE_J=tiles.tile_j,
         TILE_K=tiles.tile_k, num_warps=tiles.contract_warps, num_stages=tiles.stages)
     out = allocate((pairs, dim), torch.float32)
     launch(_out_norm_project_kernel, (pairs // tiles.output_rows,),
