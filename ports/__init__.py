@@ -77,12 +77,19 @@ class Needs:
     # unless `gpu` is set too
     capability: tuple[int, int] | None = None
     versions: tuple[tuple[str, str], ...] = ()  # the least versions of packages, e.g. (("jax", "0.11"),)
+    # modules it imports whose package goes by several names (cupy-cuda12x, cupy-cuda13x), e.g. ("cupy",)
+    modules: tuple[str, ...] = ()
 
     def missing(self) -> str | None:
         """Why the implementation cannot run on this machine, or None when it can."""
         import importlib.metadata
+        import importlib.util
 
         import torch
+
+        for module in self.modules:
+            if importlib.util.find_spec(module) is None:
+                return f"needs {module}, not installed"
 
         for package, least in self.versions:
             try:

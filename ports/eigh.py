@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from ports import Check, Implementation, Workload, check_array, dtype_name, laid_out, like_layout
+from ports import Check, Implementation, Needs, Workload, check_array, dtype_name, laid_out, like_layout
 
 EPS = torch.finfo(torch.float32).eps
 RESIDUAL_FACTOR, RECONSTRUCTION_FACTOR, ORTHOGONALITY_FACTOR, ORDER_FACTOR, EIGENVALUE_FACTOR = 200, 400, 100, 100, 200
@@ -390,6 +390,17 @@ def eigh_torch(a):
     return vectors, values
 
 
+def eigh_cupy(a):
+    """cupy.linalg.eigh on the batch (cuSOLVER's syevjBatched), on torch's current stream, the arrays shared through
+    DLPack."""
+    validate(a, "torch")
+    import cupy
+
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream(a.device).cuda_stream, a.device.index):
+        values, vectors = cupy.linalg.eigh(cupy.from_dlpack(a))
+    return torch.from_dlpack(vectors), torch.from_dlpack(values)
+
+
 @functools.cache
 def _jitted_eigh():
     import jax
@@ -423,6 +434,10 @@ WORKLOAD = Workload(
                        "Pallas port: on-chip Jacobi (n <= 64), tridiagonalisation above", "pallas_kernels.eigh:eigh"),
         Implementation("torch", "torch", "library", "torch.linalg.eigh (cuSOLVER)", "ports.eigh:eigh_torch"),
         Implementation("jax_xla", "jax", "library", "jnp.linalg.eigh under jax.jit", "ports.eigh:eigh_jax"),
+        Implementation("cupy", "torch", "library", "cupy.linalg.eigh (cuSOLVER syevjBatched)", "ports.eigh:eigh_cupy",
+                       Needs(gpu=True, modules=("cupy",))),
+        Implementation("xsyev_batched", "torch", "library", "cusolverDnXsyevBatched through ctypes",
+                       "ports.cusolver_eigh:eigh_xsyev_batched", Needs(gpu=True)),
     ),
     baseline="jax_xla",
     vary=vary,

@@ -102,8 +102,10 @@ BAD_INPUTS = [
     # above JACOBI.max_n the Triton port reads its checks after its last kernel, a minute in the interpreter: there
     # its symmetrize kernel's counts of NaN, Inf and asymmetry are checked alone
     # (test_first_kernel_counts_and_zeroes_entries_...), and the raising from them at n = 4 here
-    pytest.param(impl, bad, message, marks=SLOW if impl == "triton" and bad.shape[-1] > common.JACOBI.max_n else ())
-    for impl in (registered.name for registered in spec.WORKLOAD.implementations)
+    pytest.param(impl.name, bad, message,
+                 marks=[SLOW] if impl.name == "triton" and bad.shape[-1] > common.JACOBI.max_n else
+                 [pytest.mark.skip(reason=impl.needs.missing())] if impl.needs.missing() else [])
+    for impl in spec.WORKLOAD.implementations
     for bad, message in BAD_INPUTS])
 def test_bad_input_is_named(impl, bad, message):
     with pytest.raises((TypeError, ValueError), match=message):

@@ -90,6 +90,8 @@ def test_needs_name_what_is_missing(monkeypatch):
     assert Needs(versions=(("torch", "1.0"),)).missing() is None
     assert Needs(versions=(("torch", "999.0"),)).missing().startswith("needs torch >= 999.0, found ")
     assert Needs(versions=(("no-such-package", "1"),)).missing() == "needs no-such-package >= 1, not installed"
+    assert Needs(modules=("json",)).missing() is None
+    assert Needs(modules=("no_such_module",), gpu=True).missing() == "needs no_such_module, not installed"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert Needs(gpu=True).missing() == "needs a CUDA GPU (no interpreter runs it)"
     assert Needs(capability=(9, 0)).missing() is None  # an interpreter runs it
