@@ -57,6 +57,8 @@ def eigh_xsyev_batched(a):
     eigenvalues ascending), as torch.linalg.eigh. Raises RuntimeError where cuSOLVER reports a matrix it could not
     solve."""
     validate(a, "torch")
+    if not a.numel():  # no matrices, or empty ones: cuSOLVER takes neither
+        return a.new_empty(a.shape, dtype=torch.float32), a.new_empty(a.shape[:-1], dtype=torch.float32)
     library, handle, params = _solver(a.device.index if a.device.index is not None else torch.cuda.current_device())
     n = a.shape[-1]
     vectors = a.reshape(-1, n, n).to(torch.float32, copy=True, memory_format=torch.contiguous_format)

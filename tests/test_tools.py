@@ -355,14 +355,16 @@ def test_gpu_mode_eval_stops_the_harness_and_its_workers_at_the_timeout(tmp_path
     assert not late.exists()
 
 
-STAND_IN_REFERENCE = '''from ports.trimul import make_inputs
+STAND_IN_REFERENCE = '''import torch
+
+from ports.trimul import make_inputs
 
 
 def generate_input(seqlen, bs, dim, hiddendim, seed, nomask, distribution):
     with open({log!r}, "a") as log:
         log.write(f"{{seed}} {{nomask!r}}\\n")
     return make_inputs(dict(seqlen=seqlen, bs=bs, dim=dim, hiddendim=hiddendim, nomask=nomask,
-                            distribution=distribution), seed)
+                            distribution=distribution), seed, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def check_implementation(data, output):
