@@ -92,6 +92,11 @@ def parse_args(argv):
                              " newly failing, output bits changed (same GPU and versions only), slower beyond noise "
                              "(more than 10%% and 3 of the saved run's IQRs), faster, and what could not be compared;"
                              " exit 1 on a regression, 2 when the runs share no case (default: none)")
+    parser.add_argument("--gpus", type=int, metavar="N",
+                        help="trimul only: the ports that shard by rows (triton over torch.distributed, pallas by "
+                             "jax.shard_map) on N devices and on one: the same bits, the float64 check, and the "
+                             "scaling (time on 1 / time on N), --iters calls timed; without GPUs, N CPU processes "
+                             "and JAX CPU devices through the interpreters (default: off)")
     parser.add_argument("--list", action="store_true",
                         help="list the workload's implementations and cases, by set, index and name (every "
                              "workload's without one), then exit (default: off)")
@@ -121,6 +126,28 @@ REPORT_HELP = """usage: python -m compare report
 Writes results/h200/REPORT.md (with its charts) and README.md's generated tables from the runs of
 record (compare.report.RUNS_OF_RECORD) and the last GPU run of the test suite
 (the newest results/<card>/tests.json)."""
+
+
+def across_devices(args, impls, case_sets, on_gpu) -> int:
+    """`--gpus N`: compare.across_devices for the ports that shard (all of them unless --impl names some)."""
+    from compare import across_devices
+    from compare.driver import select_cases
+    from ports import get_workload
+
+    if args.workload != "trimul" or args.gpus < 1:
+        print("--gpus N takes trimul and N >= 1", file=sys.stderr)
+        return 2
+    impls = impls or list(across_devices.SHARDED)
+    unsharded = [name for name in impls if name not in across_devices.SHARDED]
+    if unsharded:
+        print(f"--gpus: {', '.join(unsharded)} cannot shard; ports that do: "
+              + ", ".join(f"{name} ({how})" for name, how in across_devices.SHARDED.items()), file=sys.stderr)
+        return 2
+    cases = [pair for spec in case_sets for pair in select_cases(get_workload("trimul"), spec)]
+    if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.gpus}"
+    return across_devices.run(impls, cases, args.gpus, args.iters, on_gpu, args.json)
 
 
 def main(argv=None) -> int:
@@ -191,6 +218,8 @@ def main(argv=None) -> int:
     if args.pool < 2 or args.iters < 1 or args.max_seconds <= 0:
         print("--pool must be at least 2, --iters at least 1 and --max-seconds positive", file=sys.stderr)
         return 2
+    if args.gpus is not None:
+        return across_devices(args, impls if args.impl else None, case_sets, on_gpu)
 
     saved = None
     if args.against:

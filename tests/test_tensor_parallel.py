@@ -1,6 +1,7 @@
 """Tensor-parallel linears (`batch_invariant.torch_tensor_parallel`, `batch_invariant.jax_tensor_parallel`): the same
 bits on 1, 2 and 4 ranks, and for a row in any batch, on CPU processes joined by gloo and on JAX's CPU devices."""
 import datetime
+import json
 import os
 import pathlib
 import subprocess
@@ -251,3 +252,40 @@ def in_a_process_with_four_cpu_devices(main: str):
 def test_jax_trimul_sharded_by_rows_has_one_devices_bits():
     done = in_a_process_with_four_cpu_devices("jax_trimul_main")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreters: one GPU holds one rank")
+def test_the_driver_across_devices_checks_the_bits_of_both_sharding_ports(tmp_path):
+    out = tmp_path / "across.json"
+    done = subprocess.run([sys.executable, "-m", "compare", "trimul", "--gpus", "2", "--cases", "smoke:0", "--iters",
+                           "1", "--json", str(out)], cwd=pathlib.Path(__file__).resolve().parents[1],
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(row["impl"], row["bitwise_equal"], row["check"]) for row in rows] == [("triton", True, True),
+                                                                                   ("pallas", True, True)]
+    assert "interpreted: no speed" in done.stdout
+
+
+def test_the_driver_across_devices_fails_a_port_whose_shards_differ(monkeypatch, capsys):
+    # on one JAX device (the test's process has one): a planted trimul_sharded whose every output is one ulp off
+    import numpy as np
+
+    import pallas_kernels.trimul as pallas_trimul
+    from compare import across_devices
+    from ports import trimul as spec
+
+    honest = pallas_trimul.trimul_sharded
+    monkeypatch.setattr(pallas_trimul, "trimul_sharded", lambda *args: np.nextafter(
+        np.asarray(honest(*args)), np.inf))
+    assert across_devices.run(["pallas"], [("smoke", spec.SMOKE_CASES[0])], 1, 1, DEVICE == "cuda") == 1
+    assert "DIFFER" in capsys.readouterr().out
+
+
+def test_the_driver_across_devices_names_what_it_cannot_run(capsys):
+    from compare.__main__ import main
+
+    assert main(["trimul", "--gpus", "2", "--impl", "gluon"]) == 2
+    assert "gluon cannot shard; ports that do: triton" in capsys.readouterr().err
+    assert main(["matmul", "--gpus", "2"]) == 2
+    assert "--gpus N takes trimul" in capsys.readouterr().err
