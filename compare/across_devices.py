@@ -33,51 +33,67 @@ def _device_count(impl: str, on_gpu: bool, devices: int) -> int:
     return len(jax.devices())
 
 
-def _torch_rank(rank, devices, init_file, out_dir, cases, calls, on_gpu):
-    """One process of `devices`: each case's rows of this rank and the median time of a call finished on every rank;
-    saved as rank{rank}.pt."""
+def _rank(rank, devices, init_file, out_dir, on_gpu, work, args):
+    """One of `on_ranks`'s processes: joined to the others, `work(group, device, *args)` saved as rank{rank}.pt."""
     import torch.distributed as dist
 
     from compare import gpu_or_interpreters
-    from ports import trimul as spec
 
     gpu_or_interpreters()
-    from triton_kernels.trimul import trimul_rows
-
-    device = f"cuda:{rank}" if on_gpu else "cpu"
     if on_gpu:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if on_gpu else "gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=devices, timeout=datetime.timedelta(seconds=300))
-    found = []
     try:
-        for case in cases:
-            data = spec.make_inputs(case, case["seed"], device)
-            try:
-                rows = trimul_rows(data, dist.group.WORLD)
-            except ValueError as refusal:  # every rank refuses alike, before any collective
-                found.append({"skipped": str(refusal)})
-                continue
-
-            def call():
-                dist.barrier()
-                wait_for(trimul_rows(data, dist.group.WORLD), on_gpu)
-                dist.barrier()
-
-            found.append({"rows": rows.cpu(), "seconds": median_after_warm_up(call, calls)})
+        found = work(dist.group.WORLD, f"cuda:{rank}" if on_gpu else "cpu", *args)
         torch.save(found, pathlib.Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def _triton_on(devices, cases, calls, on_gpu):
-    """Per case: the output of `devices` ranks assembled from their rows, and the median seconds; or a skip."""
+def on_ranks(devices: int, on_gpu: bool, work, *args) -> list:
+    """`work(group, device, *args)` (a module-level function) on `devices` processes joined by torch.distributed,
+    one a GPU over NCCL, or on the CPU over gloo; each rank's result, in rank order."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_torch_rank, args=(devices, os.path.join(folder, "init"), folder, cases, calls, on_gpu),
-                 nprocs=devices, join=True)
-        ranks = [torch.load(pathlib.Path(folder) / f"rank{rank}.pt") for rank in range(devices)]
+        mp.spawn(_rank, args=(devices, os.path.join(folder, "init"), folder, on_gpu, work, args), nprocs=devices,
+                 join=True)
+        return [torch.load(pathlib.Path(folder) / f"rank{rank}.pt", weights_only=False) for rank in range(devices)]
+
+
+def synchronised(call, group, on_gpu: bool) -> None:
+    """`call()`, finished on every rank of `group` (None: one process) before and after."""
+    import torch.distributed as dist
+
+    if group is not None:
+        dist.barrier(group)
+    wait_for(call(), on_gpu)
+    if group is not None:
+        dist.barrier(group)
+
+
+def _triton_rows(group, device, cases, calls, on_gpu):
+    """This rank's rows of each case, and the median time of a call finished on every rank; or the refusal."""
+    from ports import trimul as spec
+    from triton_kernels.trimul import trimul_rows
+
+    found = []
+    for case in cases:
+        data = spec.make_inputs(case, case["seed"], device)
+        try:
+            rows = trimul_rows(data, group)
+        except ValueError as refusal:  # every rank refuses alike, before any collective
+            found.append({"skipped": str(refusal)})
+            continue
+        seconds = median_after_warm_up(lambda: synchronised(lambda: trimul_rows(data, group), group, on_gpu), calls)
+        found.append({"rows": rows.cpu(), "seconds": seconds})
+    return found
+
+
+def _triton_on(devices, cases, calls, on_gpu):
+    """Per case: the output of `devices` ranks assembled from their rows, and the median seconds; or a skip."""
+    ranks = on_ranks(devices, on_gpu, _triton_rows, cases, calls, on_gpu)
     return [per_rank[0] if "skipped" in per_rank[0] else
             {"output": torch.cat([found["rows"] for found in per_rank], dim=1), "seconds": per_rank[0]["seconds"]}
             for per_rank in zip(*ranks)]
