@@ -493,10 +493,8 @@ def main(argv=None) -> int:
     parser.add_argument("--context", type=int, default=512,
                         help="--model --cost: cached tokens before a decode step, and a prefill's tokens (default 512)")
     parser.add_argument("--gpus", type=int, metavar="N",
-                        help="instead of the decoder, the tensor-parallel MLP on N devices and on one, in each "
-                             "framework: the same bits, in any batch of --batches, and the scaling, --repeats calls "
-                             "timed (compare.invariance_tensor_parallel; without GPUs, N CPU processes and JAX CPU "
-                             "devices; default: off)")
+                        help="instead of the decoder, a tensor-parallel MLP on N devices and on one (without GPUs, "
+                             "CPU processes and devices): its bits, in any batch, and its scaling (default: off)")
     parser.add_argument("--json", type=Path, help="write the record here (default: none)")
     args = parser.parse_args(argv)
     try:
@@ -516,7 +514,9 @@ def main(argv=None) -> int:
         print(f"--frameworks {args.frameworks!r}: valid: torch, jax", file=sys.stderr)
         return 2
     if args.gpus is not None:
-        return _tensor_parallel(args, frameworks, batches, argv)
+        from compare.invariance_tensor_parallel import main_from
+
+        return main_from(args, frameworks, batches, argv)
     if args.sweep:
         return _sweep(args, frameworks, batches, lengths, argv)
     if args.model:
@@ -564,37 +564,6 @@ def _model(args, frameworks: list[str], cost_batches: list[int], argv) -> int:
     keep(record)
     print(invariance_model.table(record))
     return 0 if record["passed"] else 1
-
-
-def _tensor_parallel(args, frameworks: list[str], batches: list[int], argv) -> int:
-    """`--gpus N`: the tensor-parallel MLP's record and table; exit 1 where a bit moved with the devices or the batch,
-    2 where this machine has fewer devices."""
-    import os
-
-    from compare import gpu_or_interpreters
-    from compare import invariance_tensor_parallel as tensor_parallel
-
-    if args.gpus not in (1, 2, 4, 8):
-        print(f"--gpus {args.gpus}: the tensor-parallel linears split over 1, 2, 4 or 8 devices", file=sys.stderr)
-        return 2
-    on_gpu = gpu_or_interpreters()
-    if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.gpus}"
-    import torch
-
-    if on_gpu and torch.cuda.device_count() < args.gpus:
-        print(f"--gpus {args.gpus}: {torch.cuda.device_count()} GPUs here", file=sys.stderr)
-        return 2
-    rows, held = tensor_parallel.run(args.gpus, batches, frameworks, args.repeats, on_gpu)
-    where = torch.cuda.get_device_name() if on_gpu else "CPU processes and JAX CPU devices (interpreted: no speed)"
-    print(f"the tensor-parallel MLP {rows[0]['sizes']} on 1 and {args.gpus} devices, batches {batches}: {where}")
-    print(tensor_parallel.table(rows))
-    if args.json:
-        args.json.write_text(json.dumps({"command": shlex.join(["python", "-m", "compare", "invariance",
-                                                                *(sys.argv[2:] if argv is None else argv)]),
-                                         "device": where, "results": rows}, indent=1) + "\n")
-    return 0 if held else 1
 
 
 def _sweep(args, frameworks: list[str], batches: list[int], lengths: list[int], argv) -> int:

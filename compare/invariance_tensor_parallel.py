@@ -11,6 +11,11 @@ JAX's CPU devices through the interpreters, at small sizes: the bits are checked
 """
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import sys
+
 import numpy as np
 import torch
 
@@ -139,3 +144,31 @@ def table(rows) -> str:
                      f"{'same' if row['same_bits_in_any_batch'] else 'DIFFER':9} {row['one_device_ms']:9.3f} "
                      f"{row['devices_ms']:9.3f} {row['scaling']:7.2f}")
     return "\n".join(lines)
+
+
+def main_from(args, frameworks: list[str], batches: list[int], argv) -> int:
+    """`python -m compare invariance --gpus N` (its parsed `args`): the tensor-parallel MLP's record and table; exit
+    1 where a bit moved with the devices or the batch, 2 where this machine has fewer devices."""
+    from compare import gpu_or_interpreters
+
+    if args.gpus not in (1, 2, 4, 8):
+        print(f"--gpus {args.gpus}: the tensor-parallel linears split over 1, 2, 4 or 8 devices", file=sys.stderr)
+        return 2
+    on_gpu = gpu_or_interpreters()
+    if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.gpus}"
+    import torch
+
+    if on_gpu and torch.cuda.device_count() < args.gpus:
+        print(f"--gpus {args.gpus}: {torch.cuda.device_count()} GPUs here", file=sys.stderr)
+        return 2
+    rows, held = run(args.gpus, batches, frameworks, args.repeats, on_gpu)
+    where = torch.cuda.get_device_name() if on_gpu else "CPU processes and JAX CPU devices (interpreted: no speed)"
+    print(f"the tensor-parallel MLP {rows[0]['sizes']} on 1 and {args.gpus} devices, batches {batches}: {where}")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"command": shlex.join(["python", "-m", "compare", "invariance",
+                                                                *(sys.argv[2:] if argv is None else argv)]),
+                                         "device": where, "results": rows}, indent=1) + "\n")
+    return 0 if held else 1
