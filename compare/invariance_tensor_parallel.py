@@ -19,8 +19,7 @@ import sys
 import numpy as np
 import torch
 
-from compare.across_devices import on_ranks, synchronised
-from compare.timing import median_after_warm_up, wait_for
+from compare.across_devices import median_seconds, on_ranks
 
 CPU_SIZES = (64, 128, 48)  # width, hidden, out: the interpreters run them in seconds
 GPU_SIZES = (4096, 14336, 4096)  # an 8B model's MLP
@@ -44,23 +43,33 @@ def mlp_rows(sizes, rows: int, on_gpu: bool, device="cpu") -> torch.Tensor:
     return torch.randn(rows, sizes[0], generator=gen).to(device, dtype(on_gpu))
 
 
-def torch_mlp(x, weights, group):
-    """The MLP on x [rows, width] over a torch.distributed group (None: one process): the whole output [rows, out] in
-    float32, on every rank."""
-    from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel, shard
+def torch_shards(weights, group):
+    """This rank's shares of the MLP's weights: up's rows (column-parallel) with its bias, down's columns
+    (row-parallel) with the whole bias; taken once, before any call."""
+    from batch_invariant.torch_tensor_parallel import shard
 
     (up_w, up_b), (down_w, down_b) = weights
+    return shard(up_w, up_b, "column", group), shard(down_w, down_b, "row", group)
+
+
+def torch_mlp(x, shards, group):
+    """The MLP on x [rows, width] over a torch.distributed group (None: one process), from this rank's `torch_shards`:
+    the whole output [rows, out] in float32, on every rank."""
+    from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel
+
+    up, down = shards
     with torch.no_grad():
-        hidden = column_parallel(x, *shard(up_w, up_b, "column", group), group, gather=False)
+        hidden = column_parallel(x, *up, group, gather=False)
         hidden = torch.nn.functional.silu(hidden.float()).to(x.dtype)  # elementwise: the same bits in any batch
-        return row_parallel(hidden, *shard(down_w, down_b, "row", group), group, dtype=torch.float32)
+        return row_parallel(hidden, *down, group, dtype=torch.float32)
 
 
 def jax_mlp(devices: int):
     """The MLP in JAX under its mode, run by shard_map over the first `devices` of JAX's devices (whole inputs in,
-    each device taking its share of the weights), jitted: f(x, up_w, up_b, down_w, down_b) -> float32 output."""
+    each device taking its share of the weights), jitted: f(x, up_w, up_b, down_w, down_b) -> float32 output; and the
+    sharding that places an input whole on every device of the mesh (so that no call copies it there)."""
     import jax
-    from jax.sharding import Mesh, PartitionSpec
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from batch_invariant.jax_mode import batch_invariant
     from batch_invariant.jax_tensor_parallel import column_parallel, row_parallel, shard
@@ -71,25 +80,26 @@ def jax_mlp(devices: int):
         return row_parallel(hidden, *shard(down_w, down_b, "row", "model"), "model", dtype=np.float32)
 
     mesh = Mesh(np.array(jax.devices()[:devices]), ("model",))
-    return jax.jit(jax.shard_map(batch_invariant(layer), mesh=mesh, in_specs=(PartitionSpec(),) * 5,
+    step = jax.jit(jax.shard_map(batch_invariant(layer), mesh=mesh, in_specs=(PartitionSpec(),) * 5,
                                  out_specs=PartitionSpec(), check_vma=False))
+    return step, NamedSharding(mesh, PartitionSpec())
 
 
-def _outputs(call, x, batches, repeats, synchronised, host):
+def _outputs(call, x, batches, repeats, group, on_gpu, host):
     """Per B of `batches`: call(x[:B]) on the host (`host` fetches it as NumPy); every row of the largest batch alone;
-    the median seconds of a call at the largest batch (`synchronised(call)` waits until every device has finished)."""
+    the median seconds of a call at the largest batch, finished on every rank of `group` (None: one process)."""
     largest = max(batches)
     found = {"batches": {b: host(call(x[:b])) for b in batches},
              "alone": [host(call(x[i:i + 1])) for i in range(largest)]}
-    found["seconds"] = median_after_warm_up(lambda: synchronised(lambda: call(x[:largest])), repeats)
+    found["seconds"] = median_seconds(lambda: call(x[:largest]), repeats, group, on_gpu)
     return found
 
 
 def _torch_on(group, device, sizes, batches, repeats, on_gpu):
-    weights = mlp_weights(sizes, on_gpu, device)
+    shards = torch_shards(mlp_weights(sizes, on_gpu, device), group)
     x = mlp_rows(sizes, max(batches), on_gpu, device)
-    return _outputs(lambda rows: torch_mlp(rows, weights, group), x, batches, repeats,
-                    lambda call: synchronised(call, group, on_gpu), lambda output: output.cpu().numpy())
+    return _outputs(lambda rows: torch_mlp(rows, shards, group), x, batches, repeats, group, on_gpu,
+                    lambda output: output.cpu().numpy())
 
 
 def _torch(devices, sizes, batches, repeats, on_gpu):
@@ -99,20 +109,21 @@ def _torch(devices, sizes, batches, repeats, on_gpu):
 
 
 def _jax(devices, sizes, batches, repeats, on_gpu):
+    import jax
     import jax.numpy as jnp
 
     import batch_invariant.jax_mode as jax_mode
 
-    step = jax_mlp(devices)
+    step, whole = jax_mlp(devices)
     narrow = jnp.bfloat16 if on_gpu else jnp.float16
     weights = [jnp.asarray(t.float().numpy()).astype(narrow) for pair in mlp_weights(sizes, on_gpu) for t in pair]
     x = jnp.asarray(mlp_rows(sizes, max(batches), on_gpu).float().numpy()).astype(narrow)
+    weights, x = jax.device_put((weights, x), whole)  # on every device before any call
     ports = jax_mode.PORT_ORDER
     if not on_gpu:  # Mosaic GPU's interpreter fails on several CPU devices at once (docs/findings.md, "Tensor
         jax_mode.PORT_ORDER = ("pallas",)  # parallelism"): the Pallas port's interpreter, as the tests run it
     try:
-        return _outputs(lambda rows: step(rows, *weights), x, batches, repeats,
-                        lambda call: wait_for(call(), on_gpu), np.asarray)
+        return _outputs(lambda rows: step(rows, *weights), x, batches, repeats, None, on_gpu, np.asarray)
     finally:
         jax_mode.PORT_ORDER = ports
 
@@ -151,6 +162,7 @@ def main_from(args, frameworks: list[str], batches: list[int], argv) -> int:
     1 where a bit moved with the devices or the batch, 2 where this machine has fewer devices."""
     from compare import gpu_or_interpreters
 
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPUs
     if args.gpus not in (1, 2, 4, 8):
         print(f"--gpus {args.gpus}: the tensor-parallel linears split over 1, 2, 4 or 8 devices", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from batch_invariant import TENSOR_PARALLEL_PARTS, NotCovered, row_parallel_piec
 from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel, shard
 
 from compare.across_devices import on_ranks
-from compare.invariance_tensor_parallel import CPU_SIZES, mlp_rows, torch_mlp
+from compare.invariance_tensor_parallel import CPU_SIZES, mlp_rows, torch_mlp, torch_shards
 from compare.invariance_tensor_parallel import mlp_weights as tensor_parallel_weights
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,7 +30,7 @@ def mlp_weights(device=DEVICE):
 def mlp(x, group):
     """up column-parallel (this rank's features, not gathered), silu, down row-parallel: the whole output, in
     float32 (as logits are kept), where a sum in another order shows in its last bits."""
-    return torch_mlp(x, mlp_weights(x.device), group)
+    return torch_mlp(x, torch_shards(mlp_weights(x.device), group), group)
 
 
 def batch_and_rows(device=DEVICE):
@@ -112,7 +112,7 @@ def jax_mlp(x, weights, ranks):
     mesh = Mesh(np.array(jax.devices()[:ranks]), ("model",))
     gathered = jax.jit(jax.shard_map(batch_invariant(up), mesh=mesh, in_specs=(PartitionSpec(),) * 3,
                                      out_specs=PartitionSpec(), check_vma=False))
-    return np.asarray(jax_tensor_parallel_mlp(ranks)(x, *weights)), np.asarray(gathered(x, *weights[:2]))
+    return np.asarray(jax_tensor_parallel_mlp(ranks)[0](x, *weights)), np.asarray(gathered(x, *weights[:2]))
 
 
 def jax_ranks_main():
@@ -195,6 +195,11 @@ def jax_trimul_main():
         out = trimul_sharded(data, Mesh(np.array(jax.devices()[:devices]), ("rows",)), "rows")
         if not (np.asarray(out) == whole).all():
             failures.append(f"{devices} devices differ from trimul")
+    # N = 48: 16-row tiles, so 2 devices' 24 rows take two tiles each, the second padded
+    taller = to_framework("jax", spec.make_inputs({**case, "seqlen": 48}, case["seed"], "cpu"))
+    out = trimul_sharded(taller, Mesh(np.array(jax.devices()[:2]), ("rows",)), "rows")
+    if not (np.asarray(out) == np.asarray(trimul(taller))).all():
+        failures.append("N = 48 on 2 devices differs from trimul")
     try:
         trimul_sharded(data, Mesh(np.array(jax.devices()[:3]), ("rows",)), "rows")
         failures.append("3 devices were not refused")
