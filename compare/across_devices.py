@@ -21,12 +21,19 @@ import torch
 
 from compare.timing import wait_for
 
-SHARDED = {"triton": "torch.distributed, one process a device", "pallas": "jax.shard_map over a mesh axis"}
+HOW = {"torch": "torch.distributed, one process a device", "jax": "jax.shard_map over a mesh axis"}
 
 
-def _device_count(impl: str, on_gpu: bool, devices: int) -> int:
+def sharded_ports() -> dict:
+    """The TriMul implementations registered as sharding by rows (`ports.trimul.SHARDED_BY_ROWS`), by name."""
+    from ports import trimul as spec
+
+    return {name: spec.WORKLOAD.implementation(name) for name in spec.SHARDED_BY_ROWS}
+
+
+def _device_count(impl, on_gpu: bool, devices: int) -> int:
     """The devices this machine gives the port (on a CPU, processes: as many as asked)."""
-    if impl == "triton":
+    if impl.framework == "torch":
         return torch.cuda.device_count() if on_gpu else devices
     import jax
 
@@ -85,44 +92,45 @@ def median_seconds(call, calls: int, group, on_gpu: bool) -> float:
     return statistics.median(samples)
 
 
-def _triton_rows(group, device, cases, calls, on_gpu):
-    """This rank's rows of each case, and the median time of a call finished on every rank; or the refusal."""
+def _rank_rows(group, device, name, cases, calls, on_gpu):
+    """This rank's rows of each case by the torch port `name`, and the median time of a call finished on every rank;
+    or the refusal."""
     from ports import trimul as spec
-    from triton_kernels.trimul import trimul_rows
 
+    rows_of = sharded_ports()[name].load(spec.SHARDED_BY_ROWS[name])
     found = []
     for case in cases:
         data = spec.make_inputs(case, case["seed"], device)
         try:
-            rows = trimul_rows(data, group)
+            rows = rows_of(data, group)
         except ValueError as refusal:  # every rank refuses alike, before any collective
             found.append({"skipped": str(refusal)})
             continue
-        found.append({"rows": rows.cpu(), "seconds": median_seconds(lambda: trimul_rows(data, group), calls, group,
+        found.append({"rows": rows.cpu(), "seconds": median_seconds(lambda: rows_of(data, group), calls, group,
                                                                      on_gpu)})
     return found
 
 
-def _triton_on(devices, cases, calls, on_gpu):
+def _torch_on(name, devices, cases, calls, on_gpu):
     """Per case: the output of `devices` ranks assembled from their rows, and the median seconds; or a skip."""
-    ranks = on_ranks(devices, on_gpu, _triton_rows, cases, calls, on_gpu)
+    ranks = on_ranks(devices, on_gpu, _rank_rows, name, cases, calls, on_gpu)
     return [per_rank[0] if "skipped" in per_rank[0] else
             {"output": torch.cat([found["rows"] for found in per_rank], dim=1), "seconds": per_rank[0]["seconds"]}
             for per_rank in zip(*ranks)]
 
 
-def _pallas_on(devices, cases, calls, on_gpu):
-    """Per case: the output on `devices` JAX devices and the median seconds; or a skip. x and the mask are placed on
-    the mesh by rows before the clock starts where the sequence splits evenly unpadded (every bench case); a padded
-    one is padded and spread from one device within each timed call, as `trimul_sharded` takes it."""
+def _jax_on(name, devices, cases, calls, on_gpu):
+    """Per case: the JAX port `name`'s output on `devices` devices and the median seconds; or a skip. x and the mask
+    are placed on the mesh by rows before the clock starts where the sequence splits evenly unpadded (every bench
+    case); a padded one is padded and spread from one device within each timed call, as the port takes it."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from pallas_kernels.trimul import trimul_sharded
     from ports import to_framework
     from ports import trimul as spec
 
+    sharded = sharded_ports()[name].load(spec.SHARDED_BY_ROWS[name])
     mesh = Mesh(np.array(jax.devices()[:devices]), ("rows",))
     by_rows = NamedSharding(mesh, PartitionSpec(None, "rows"))
     found = []
@@ -133,29 +141,25 @@ def _pallas_on(devices, cases, calls, on_gpu):
             x, mask = jax.device_put((x, mask), by_rows)
         data = (x, mask, jax.device_put(weights, NamedSharding(mesh, PartitionSpec())), config)
         try:
-            output = trimul_sharded(data, mesh, "rows")
+            output = sharded(data, mesh, "rows")
         except ValueError as refusal:
             found.append({"skipped": str(refusal)})
             continue
         found.append({"output": torch.from_numpy(np.array(output)),  # gathered to the host
-                      "seconds": median_seconds(lambda: trimul_sharded(data, mesh, "rows"), calls, None, on_gpu)})
+                      "seconds": median_seconds(lambda: sharded(data, mesh, "rows"), calls, None, on_gpu)})
     return found
 
 
 def _one_device(impl, cases, calls, on_gpu):
-    """Per case: the port's own `trimul` on one device, its output (kept on the CPU, leaving the GPU to the ranks)
+    """Per case: the port's own function on one device, its output (kept on the CPU, leaving the GPU to the ranks)
     and median seconds."""
     from ports import to_framework, to_torch
     from ports import trimul as spec
 
-    if impl == "triton":
-        from triton_kernels.trimul import trimul
-    else:
-        from pallas_kernels.trimul import trimul
+    trimul = impl.load()
     found = []
     for case in cases:
-        framed = to_framework("torch" if impl == "triton" else "jax",
-                              spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
+        framed = to_framework(impl.framework, spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
         found.append({"output": to_torch(trimul(framed)).cpu(),
                       "seconds": median_seconds(lambda: trimul(framed), calls, None, on_gpu)})
     return found
@@ -166,8 +170,9 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
     fail, 2 where this machine has too few devices."""
     from ports import trimul as spec
 
+    ports = sharded_ports()
     for impl in impls:
-        here = _device_count(impl, on_gpu, devices)
+        here = _device_count(ports[impl], on_gpu, devices)
         if here < devices:
             print(f"{impl}: {devices} devices asked for, {here} here", file=sys.stderr)
             return 2
@@ -176,8 +181,9 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
     print(f"{'case':36} {'impl':7} {'bits':10} {'check':6} {'1 ms':>9} {f'{devices} ms':>9} {'scaling':>7}")
     rows, failed = [], False
     for impl in impls:
-        alone = _one_device(impl, [case for _, case in cases], calls, on_gpu)
-        spread = (_triton_on if impl == "triton" else _pallas_on)(devices, [case for _, case in cases], calls, on_gpu)
+        alone = _one_device(ports[impl], [case for _, case in cases], calls, on_gpu)
+        spread_over = _torch_on if ports[impl].framework == "torch" else _jax_on
+        spread = spread_over(impl, devices, [case for _, case in cases], calls, on_gpu)
         for (case_set, case), one, many in zip(cases, alone, spread):
             row = {"case_set": case_set, "case": spec.case_name(case), "impl": impl, "devices": devices,
                    "one_device_ms": one["seconds"] * 1e3}
