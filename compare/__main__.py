@@ -93,10 +93,10 @@ def parse_args(argv):
                              "(more than 10%% and 3 of the saved run's IQRs), faster, and what could not be compared;"
                              " exit 1 on a regression, 2 when the runs share no case (default: none)")
     parser.add_argument("--gpus", type=int, metavar="N",
-                        help="trimul only: the ports that shard by rows (triton over torch.distributed, pallas by "
-                             "jax.shard_map) on N devices and on one: the same bits, the float64 check, and the "
-                             "scaling (time on 1 / time on N), --iters calls timed; without GPUs, N CPU processes "
-                             "and JAX CPU devices through the interpreters (default: off)")
+                        help="trimul only: the ports that shard by rows (ports.trimul.SHARDED_BY_ROWS: torch's over "
+                             "torch.distributed, JAX's by jax.shard_map) on N devices and on one: the same bits, the "
+                             "float64 check, and the scaling (time on 1 / time on N), --iters calls timed; without "
+                             "GPUs, N CPU processes and JAX CPU devices through the interpreters (default: off)")
     parser.add_argument("--list", action="store_true",
                         help="list the workload's implementations and cases, by set, index and name (every "
                              "workload's without one), then exit (default: off)")
@@ -137,11 +137,12 @@ def across_devices(args, impls, case_sets, on_gpu) -> int:
     if args.workload != "trimul" or args.gpus < 1:
         print("--gpus N takes trimul and N >= 1", file=sys.stderr)
         return 2
-    impls = impls or list(across_devices.SHARDED)
-    unsharded = [name for name in impls if name not in across_devices.SHARDED]
+    sharded = across_devices.sharded_ports()
+    impls = impls or list(sharded)
+    unsharded = [name for name in impls if name not in sharded]
     if unsharded:
-        print(f"--gpus: {', '.join(unsharded)} cannot shard; ports that do: "
-              + ", ".join(f"{name} ({how})" for name, how in across_devices.SHARDED.items()), file=sys.stderr)
+        print(f"--gpus: {', '.join(unsharded)} cannot shard; ports that do: " + ", ".join(
+            f"{name} ({across_devices.HOW[impl.framework]})" for name, impl in sharded.items()), file=sys.stderr)
         return 2
     cases = [pair for spec in case_sets for pair in select_cases(get_workload("trimul"), spec)]
     if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts

@@ -19,109 +19,149 @@ import tempfile
 
 import torch
 
-from compare.timing import median_after_warm_up, wait_for
+from compare.timing import wait_for
 
-SHARDED = {"triton": "torch.distributed, one process a device", "pallas": "jax.shard_map over a mesh axis"}
+HOW = {"torch": "torch.distributed, one process a device", "jax": "jax.shard_map over a mesh axis"}
 
 
-def _device_count(impl: str, on_gpu: bool, devices: int) -> int:
+def sharded_ports() -> dict:
+    """The TriMul implementations registered as sharding by rows (`ports.trimul.SHARDED_BY_ROWS`), by name."""
+    from ports import trimul as spec
+
+    return {name: spec.WORKLOAD.implementation(name) for name in spec.SHARDED_BY_ROWS}
+
+
+def _device_count(impl, on_gpu: bool, devices: int) -> int:
     """The devices this machine gives the port (on a CPU, processes: as many as asked)."""
-    if impl == "triton":
+    if impl.framework == "torch":
         return torch.cuda.device_count() if on_gpu else devices
     import jax
 
     return len(jax.devices())
 
 
-def _torch_rank(rank, devices, init_file, out_dir, cases, calls, on_gpu):
-    """One process of `devices`: each case's rows of this rank and the median time of a call finished on every rank;
-    saved as rank{rank}.pt."""
+def _rank(rank, devices, init_file, out_dir, on_gpu, work, args):
+    """One of `on_ranks`'s processes: joined to the others, `work(group, device, *args)` saved as rank{rank}.pt."""
     import torch.distributed as dist
 
     from compare import gpu_or_interpreters
-    from ports import trimul as spec
 
     gpu_or_interpreters()
-    from triton_kernels.trimul import trimul_rows
-
-    device = f"cuda:{rank}" if on_gpu else "cpu"
     if on_gpu:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if on_gpu else "gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=devices, timeout=datetime.timedelta(seconds=300))
-    found = []
     try:
-        for case in cases:
-            data = spec.make_inputs(case, case["seed"], device)
-            try:
-                rows = trimul_rows(data, dist.group.WORLD)
-            except ValueError as refusal:  # every rank refuses alike, before any collective
-                found.append({"skipped": str(refusal)})
-                continue
-
-            def call():
-                dist.barrier()
-                wait_for(trimul_rows(data, dist.group.WORLD), on_gpu)
-                dist.barrier()
-
-            found.append({"rows": rows.cpu(), "seconds": median_after_warm_up(call, calls)})
+        found = work(dist.group.WORLD, f"cuda:{rank}" if on_gpu else "cpu", *args)
         torch.save(found, pathlib.Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def _triton_on(devices, cases, calls, on_gpu):
-    """Per case: the output of `devices` ranks assembled from their rows, and the median seconds; or a skip."""
+def on_ranks(devices: int, on_gpu: bool, work, *args) -> list:
+    """`work(group, device, *args)` (a module-level function) on `devices` processes joined by torch.distributed,
+    one a GPU over NCCL, or on the CPU over gloo; each rank's result, in rank order."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_torch_rank, args=(devices, os.path.join(folder, "init"), folder, cases, calls, on_gpu),
-                 nprocs=devices, join=True)
-        ranks = [torch.load(pathlib.Path(folder) / f"rank{rank}.pt") for rank in range(devices)]
+        mp.spawn(_rank, args=(devices, os.path.join(folder, "init"), folder, on_gpu, work, args), nprocs=devices,
+                 join=True)
+        return [torch.load(pathlib.Path(folder) / f"rank{rank}.pt", weights_only=False) for rank in range(devices)]
+
+
+def median_seconds(call, calls: int, group, on_gpu: bool) -> float:
+    """The median host time of `calls` calls of `call()` after one untimed call, each finished on every rank of
+    `group` (None: one process): the ranks meet before the clock starts, and again before it stops."""
+    import statistics
+    import time
+
+    import torch.distributed as dist
+
+    def meet():
+        if group is not None:
+            dist.barrier(group)
+
+    wait_for(call(), on_gpu)
+    samples = []
+    for _ in range(calls):
+        meet()
+        start = time.perf_counter()
+        wait_for(call(), on_gpu)
+        meet()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def _rank_rows(group, device, name, cases, calls, on_gpu):
+    """This rank's rows of each case by the torch port `name`, and the median time of a call finished on every rank;
+    or the refusal."""
+    from ports import trimul as spec
+
+    rows_of = sharded_ports()[name].load(spec.SHARDED_BY_ROWS[name])
+    found = []
+    for case in cases:
+        data = spec.make_inputs(case, case["seed"], device)
+        try:
+            rows = rows_of(data, group)
+        except ValueError as refusal:  # every rank refuses alike, before any collective
+            found.append({"skipped": str(refusal)})
+            continue
+        found.append({"rows": rows.cpu(), "seconds": median_seconds(lambda: rows_of(data, group), calls, group,
+                                                                     on_gpu)})
+    return found
+
+
+def _torch_on(name, devices, cases, calls, on_gpu):
+    """Per case: the output of `devices` ranks assembled from their rows, and the median seconds; or a skip."""
+    ranks = on_ranks(devices, on_gpu, _rank_rows, name, cases, calls, on_gpu)
     return [per_rank[0] if "skipped" in per_rank[0] else
             {"output": torch.cat([found["rows"] for found in per_rank], dim=1), "seconds": per_rank[0]["seconds"]}
             for per_rank in zip(*ranks)]
 
 
-def _pallas_on(devices, cases, calls, on_gpu):
+def _jax_on(name, devices, cases, calls, on_gpu):
+    """Per case: the JAX port `name`'s output on `devices` devices and the median seconds; or a skip. x and the mask
+    are placed on the mesh by rows before the clock starts where the sequence splits evenly unpadded (every bench
+    case); a padded one is padded and spread from one device within each timed call, as the port takes it."""
     import jax
     import numpy as np
-    from jax.sharding import Mesh
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from pallas_kernels.trimul import trimul_sharded
     from ports import to_framework
     from ports import trimul as spec
 
+    sharded = sharded_ports()[name].load(spec.SHARDED_BY_ROWS[name])
     mesh = Mesh(np.array(jax.devices()[:devices]), ("rows",))
+    by_rows = NamedSharding(mesh, PartitionSpec(None, "rows"))
     found = []
     for case in cases:
-        data = to_framework("jax", spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
+        device = "cuda" if on_gpu else "cpu"
+        x, mask, weights, config = to_framework("jax", spec.make_inputs(case, case["seed"], device))
+        if x.shape[1] % devices == 0:
+            x, mask = jax.device_put((x, mask), by_rows)
+        data = (x, mask, jax.device_put(weights, NamedSharding(mesh, PartitionSpec())), config)
         try:
-            output = trimul_sharded(data, mesh, "rows")
+            output = sharded(data, mesh, "rows")
         except ValueError as refusal:
             found.append({"skipped": str(refusal)})
             continue
-        seconds = median_after_warm_up(lambda: wait_for(trimul_sharded(data, mesh, "rows"), on_gpu), calls)
-        found.append({"output": torch.from_numpy(np.array(output)), "seconds": seconds})  # gathered to the host
+        found.append({"output": torch.from_numpy(np.array(output)),  # gathered to the host
+                      "seconds": median_seconds(lambda: sharded(data, mesh, "rows"), calls, None, on_gpu)})
     return found
 
 
 def _one_device(impl, cases, calls, on_gpu):
-    """Per case: the port's own `trimul` on one device, its output (as torch) and median seconds, and the inputs."""
+    """Per case: the port's own function on one device, its output (kept on the CPU, leaving the GPU to the ranks)
+    and median seconds."""
     from ports import to_framework, to_torch
     from ports import trimul as spec
 
-    if impl == "triton":
-        from triton_kernels.trimul import trimul
-    else:
-        from pallas_kernels.trimul import trimul
+    trimul = impl.load()
     found = []
     for case in cases:
-        data = spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")
-        framed = to_framework("torch" if impl == "triton" else "jax", data)
-        output = to_torch(trimul(framed))
-        seconds = median_after_warm_up(lambda: wait_for(trimul(framed), on_gpu), calls)
-        found.append({"data": data, "output": output, "seconds": seconds})
+        framed = to_framework(impl.framework, spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
+        found.append({"output": to_torch(trimul(framed)).cpu(),
+                      "seconds": median_seconds(lambda: trimul(framed), calls, None, on_gpu)})
     return found
 
 
@@ -130,8 +170,9 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
     fail, 2 where this machine has too few devices."""
     from ports import trimul as spec
 
+    ports = sharded_ports()
     for impl in impls:
-        here = _device_count(impl, on_gpu, devices)
+        here = _device_count(ports[impl], on_gpu, devices)
         if here < devices:
             print(f"{impl}: {devices} devices asked for, {here} here", file=sys.stderr)
             return 2
@@ -140,8 +181,9 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
     print(f"{'case':36} {'impl':7} {'bits':10} {'check':6} {'1 ms':>9} {f'{devices} ms':>9} {'scaling':>7}")
     rows, failed = [], False
     for impl in impls:
-        alone = _one_device(impl, [case for _, case in cases], calls, on_gpu)
-        spread = (_triton_on if impl == "triton" else _pallas_on)(devices, [case for _, case in cases], calls, on_gpu)
+        alone = _one_device(ports[impl], [case for _, case in cases], calls, on_gpu)
+        spread_over = _torch_on if ports[impl].framework == "torch" else _jax_on
+        spread = spread_over(impl, devices, [case for _, case in cases], calls, on_gpu)
         for (case_set, case), one, many in zip(cases, alone, spread):
             row = {"case_set": case_set, "case": spec.case_name(case), "impl": impl, "devices": devices,
                    "one_device_ms": one["seconds"] * 1e3}
@@ -149,9 +191,9 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
                 row["skipped"] = many["skipped"]
                 print(f"{row['case']:36} {impl:7} skipped: {many['skipped']}")
             else:
-                output = many["output"].to(one["output"].device)
-                check = spec.check(one["data"], output, spec.reference(one["data"]))
-                row.update(bitwise_equal=bool(torch.equal(output, one["output"])), check=check.passed,
+                data = spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")  # the float64 check's
+                check = spec.check(data, many["output"].to(data[0].device), spec.reference(data))
+                row.update(bitwise_equal=bool(torch.equal(many["output"], one["output"])), check=check.passed,
                            devices_ms=many["seconds"] * 1e3, scaling=one["seconds"] / many["seconds"])
                 failed |= not (row["bitwise_equal"] and row["check"])
                 print(f"{row['case']:36} {impl:7} {'same' if row['bitwise_equal'] else 'DIFFER':10} "
@@ -161,4 +203,7 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps({"workload": "trimul", "devices": devices, "device": where,
                                                        "results": rows}, indent=1) + "\n")
+    if all("skipped" in row for row in rows):
+        print(f"no case split over {devices} devices: nothing was compared", file=sys.stderr)
+        return 1
     return 1 if failed else 0

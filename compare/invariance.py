@@ -4,6 +4,7 @@
                                  [--ops] [--json FILE]
     python -m compare invariance --sweep [--lengths 4097,50257] [--dtypes float32] [--json FILE]
     python -m compare invariance --model llama [--size full] [--cost 1,8,64] [--json FILE]
+    python -m compare invariance --gpus N [--batches 1,2,4] [--repeats 5] [--json FILE]
 
 One decoder (token embedding, RMSNorm, causal multi-head attention, a SiLU-gated MLP, the LM head), with the same
 random weights in torch and JAX (drawn once in NumPy), runs a batch of token sequences. Its attention is torch's
@@ -27,7 +28,8 @@ transformer uses in each dtype and at row lengths no test uses, B = 1 to 256 (`c
 the mode on each must be invariant or refused by name; exit 1 where one is neither. `--model llama` (or qwen2)
 runs, instead of the decoder, Hugging Face's own model with random weights from its published config: greedy
 generate() alone and in left-padded batches, the JAX twin against it, and with `--cost` each mode's cost under CUDA
-graphs (`compare.invariance_model`).
+graphs (`compare.invariance_model`). `--gpus N` runs, instead of the decoder, a tensor-parallel MLP on N devices
+and on one (`compare.invariance_tensor_parallel`): the same bits, in any batch, and the scaling.
 
 The products are bfloat16 on a GPU and float16 on a CPU (Triton's interpreter misreads bfloat16); the norms,
 softmax and SiLU compute in float32. On a CPU everything runs through the interpreters, so keep it small.
@@ -490,6 +492,9 @@ def main(argv=None) -> int:
     parser.add_argument("--twin", type=int, default=8, help="--model: prompts the JAX twin is checked on (default 8)")
     parser.add_argument("--context", type=int, default=512,
                         help="--model --cost: cached tokens before a decode step, and a prefill's tokens (default 512)")
+    parser.add_argument("--gpus", type=int, metavar="N",
+                        help="instead of the decoder, a tensor-parallel MLP on N devices and on one (without GPUs, "
+                             "CPU processes and devices): its bits, in any batch, and its scaling (default: off)")
     parser.add_argument("--json", type=Path, help="write the record here (default: none)")
     args = parser.parse_args(argv)
     try:
@@ -508,6 +513,10 @@ def main(argv=None) -> int:
     if not frameworks or set(frameworks) - {"torch", "jax"}:
         print(f"--frameworks {args.frameworks!r}: valid: torch, jax", file=sys.stderr)
         return 2
+    if args.gpus is not None:
+        from compare.invariance_tensor_parallel import main_from
+
+        return main_from(args, frameworks, batches, argv)
     if args.sweep:
         return _sweep(args, frameworks, batches, lengths, argv)
     if args.model:

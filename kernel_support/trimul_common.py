@@ -57,6 +57,16 @@ def padded_length(seq: int, multiple: int = SEQUENCE_MULTIPLE) -> int:
     return -(-seq // multiple) * multiple
 
 
+def shard_rows(seq: int, shards: int, tiles, what: str) -> int:
+    """The rows i each of `shards` ranks or devices (`what`) takes of a sequence padded to `seq`, or a ValueError
+    where they do not split evenly into rows whose pairs (b, i, k) fill the kernels' tiles of pairs."""
+    tile_pairs = max(tiles.norm_rows, tiles.rows, tiles.output_rows)
+    if seq % shards or (seq // shards) * seq % tile_pairs:
+        raise ValueError(f"the sequence padded to {seq} does not split over {shards} {what} into rows whose pairs "
+                         f"fill the kernels' tiles ({tile_pairs} pairs)")
+    return seq // shards
+
+
 def padded_inputs(x: torch.Tensor, mask: torch.Tensor, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x [B, N, N, dim] and mask [B, N, N] zero-padded to N = seq (see padded_length), for the torch-side ports."""
     length = x.shape[1]

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
-from kernel_support.trimul_common import kernel_tiling, padded_length, refuse_non_finite
+from kernel_support.trimul_common import kernel_tiling, padded_length, refuse_non_finite, shard_rows
 
 
 def _dot_nt(a, b):
@@ -259,12 +259,7 @@ def trimul_sharded(data, mesh, axis_name: str):
     batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]
     seq = padded_length(length)
-    devices = mesh.shape[axis_name]
-    tiles = kernel_tiling(batch, seq, dim, hidden)
-    tile_pairs = max(tiles.norm_rows, tiles.rows, tiles.output_rows)
-    if seq % devices or (seq // devices) * seq % tile_pairs:
-        raise ValueError(f"the sequence padded to {seq} does not split over {devices} devices into rows whose pairs "
-                         f"fill the kernels' tiles ({tile_pairs} pairs)")
+    shard_rows(seq, mesh.shape[axis_name], kernel_tiling(batch, seq, dim, hidden), "devices")
     if seq != length:
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     rows, whole = NamedSharding(mesh, PartitionSpec(None, axis_name)), NamedSharding(mesh, PartitionSpec())

@@ -396,7 +396,8 @@ def eigh_cupy(a):
     validate(a, "torch")
     import cupy
 
-    with cupy.cuda.ExternalStream(torch.cuda.current_stream(a.device).cuda_stream, a.device.index):
+    stream = torch.cuda.current_stream(a.device).cuda_stream
+    with cupy.cuda.Device(a.device.index), cupy.cuda.ExternalStream(stream, a.device.index):  # a's GPU, not CuPy's
         values, vectors = cupy.linalg.eigh(cupy.from_dlpack(a))
     return torch.from_dlpack(vectors), torch.from_dlpack(values)
 

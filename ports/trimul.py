@@ -303,6 +303,12 @@ def trimul_jax_xla(data):
     return _jitted_forward()(x, mask, weights, hidden=config["hidden_dim"])
 
 
+# The ports that shard TriMul by rows i across devices (`python -m compare trimul --gpus N`): each one's function, in
+# its own module, for a shard's rows: a torch port's over a torch.distributed group, `f(data, group)`, this rank's rows;
+# a JAX port's by jax.shard_map, `f(data, mesh, axis_name)`, the whole output sharded by rows.
+SHARDED_BY_ROWS = {"triton": "trimul_rows", "pallas": "trimul_sharded"}
+
+
 WORKLOAD = Workload(
     name="trimul",
     cases={"smoke": SMOKE_CASES, "test": TEST_CASES, "bench": BENCH_CASES},

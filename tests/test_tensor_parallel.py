@@ -1,6 +1,5 @@
 """Tensor-parallel linears (`batch_invariant.torch_tensor_parallel`, `batch_invariant.jax_tensor_parallel`): the same
 bits on 1, 2 and 4 ranks, and for a row in any batch, on CPU processes joined by gloo and on JAX's CPU devices."""
-import datetime
 import json
 import os
 import pathlib
@@ -9,67 +8,42 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import batch_invariant.torch_mode as bi
 from batch_invariant import TENSOR_PARALLEL_PARTS, NotCovered, row_parallel_pieces, tensor_parallel_share
 from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel, shard
 
+from compare.across_devices import on_ranks
+from compare.invariance_tensor_parallel import CPU_SIZES, mlp_rows, torch_mlp, torch_shards
+from compare.invariance_tensor_parallel import mlp_weights as tensor_parallel_weights
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.float16  # the interpreter misreads bfloat16 (batch_invariant.kernels._check)
-WIDTH, HIDDEN, OUT = 64, 128, 48
+WIDTH = CPU_SIZES[0]
 
 
-def mlp_weights():
-    """A Megatron MLP's weights, the same on every rank: up [HIDDEN, WIDTH] with bias, down [OUT, HIDDEN] with bias."""
-    gen = torch.Generator().manual_seed(11)
-    up = (torch.randn(HIDDEN, WIDTH, generator=gen) / WIDTH ** 0.5, torch.randn(HIDDEN, generator=gen))
-    down = (torch.randn(OUT, HIDDEN, generator=gen) / HIDDEN ** 0.5, torch.randn(OUT, generator=gen))
-    return [tuple(t.to(DEVICE, DTYPE) for t in pair) for pair in (up, down)]
+def mlp_weights(device=DEVICE):
+    """The Megatron MLP's weights of `compare.invariance_tensor_parallel`, in float16, the same on every rank."""
+    return tensor_parallel_weights(CPU_SIZES, False, device)
 
 
 def mlp(x, group):
     """up column-parallel (this rank's features, not gathered), silu, down row-parallel: the whole output, in
     float32 (as logits are kept), where a sum in another order shows in its last bits."""
-    (up_w, up_b), (down_w, down_b) = mlp_weights()
-    hidden = column_parallel(x, *shard(up_w, up_b, "column", group), group, gather=False)
-    hidden = torch.nn.functional.silu(hidden.float()).to(DTYPE)  # elementwise: the same bits in any batch
-    return row_parallel(hidden, *shard(down_w, down_b, "row", group), group, dtype=torch.float32)
+    return torch_mlp(x, torch_shards(mlp_weights(x.device), group), group)
 
 
-def batch_and_rows():
-    gen = torch.Generator().manual_seed(5)
-    return torch.randn(7, WIDTH, generator=gen).to(DEVICE, DTYPE)
+def batch_and_rows(device=DEVICE):
+    return mlp_rows(CPU_SIZES, 7, False, device)
 
 
-def outputs(group):
+def outputs(group, device=DEVICE):
     """The MLP on a batch of 7 rows, on its first 3 and on its row 4 alone; and its up projection gathered."""
-    x = batch_and_rows()
-    (up_w, up_b), _ = mlp_weights()
+    x = batch_and_rows(device)
+    (up_w, up_b), _ = mlp_weights(device)
     with torch.no_grad():
         return (mlp(x, group), mlp(x[:3], group), mlp(x[4:5], group),
                 column_parallel(x, *shard(up_w, up_b, "column", group), group))
-
-
-def _rank(rank, ranks, init_file, out_dir, work, *args):
-    """One gloo process: `work(*args, group)`'s result saved as rank{rank}.pt."""
-    from compare import gpu_or_interpreters
-
-    gpu_or_interpreters()
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
-                            timeout=datetime.timedelta(seconds=120))  # a rank that failed stops the others soon
-    try:
-        torch.save(work(*args, dist.group.WORLD), pathlib.Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def on_ranks(ranks, folder, work, *args):
-    """`work(*args, group)` on `ranks` gloo processes; each rank's result."""
-    folder.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank, args=(ranks, str(folder / "init"), str(folder), work, *args), nprocs=ranks, join=True)
-    return [torch.load(folder / f"rank{rank}.pt") for rank in range(ranks)]
 
 
 def mlp_float64(x):
@@ -81,14 +55,14 @@ def mlp_float64(x):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
-def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch(tmp_path):
+def test_the_mlp_has_the_same_bits_on_one_two_and_four_ranks_and_in_any_batch():
     alone = outputs(None)
     batch, first_three, row_four, _ = alone
     assert torch.equal(batch[:3], first_three) and torch.equal(batch[4:5], row_four)  # in any batch
     expected = mlp_float64(batch_and_rows())
     assert float((batch.double() - expected).abs().max()) < 2e-2 * float(expected.abs().max())  # and right
     for ranks in (2, 4):
-        for rank, results in enumerate(on_ranks(ranks, tmp_path / str(ranks), outputs)):
+        for rank, results in enumerate(on_ranks(ranks, False, outputs)):
             assert all(torch.equal(a, b) for a, b in zip(results, alone)), (ranks, rank)
 
 
@@ -122,26 +96,23 @@ def test_what_a_tensor_parallel_linear_cannot_take_is_named():
 
 
 def jax_mlp(x, weights, ranks):
-    """The same MLP in JAX, run by shard_map over `ranks` of the CPU's devices under the JAX mode (whole inputs in,
-    each device taking its share of the weights): the output in float32, and the up projection gathered."""
+    """The same MLP in JAX (`compare.invariance_tensor_parallel.jax_mlp`) over `ranks` of the CPU's devices, its
+    output in float32; and its up projection alone, column-parallel and gathered."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, PartitionSpec
 
     from batch_invariant.jax_mode import batch_invariant
-    from batch_invariant.jax_tensor_parallel import column_parallel, row_parallel, shard
+    from batch_invariant.jax_tensor_parallel import column_parallel, shard
+    from compare.invariance_tensor_parallel import jax_mlp as jax_tensor_parallel_mlp
 
-    def layer(x, up_w, up_b, down_w, down_b):
-        hidden = column_parallel(x, *shard(up_w, up_b, "column", "model"), "model", gather=False)
-        hidden = jax.nn.silu(hidden.astype(np.float32)).astype(x.dtype)
-        gathered = column_parallel(x, *shard(up_w, up_b, "column", "model"), "model")
-        return row_parallel(hidden, *shard(down_w, down_b, "row", "model"), "model", dtype=np.float32), gathered
+    def up(x, up_w, up_b):
+        return column_parallel(x, *shard(up_w, up_b, "column", "model"), "model")
 
     mesh = Mesh(np.array(jax.devices()[:ranks]), ("model",))
-    whole = PartitionSpec()
-    step = jax.shard_map(batch_invariant(layer), mesh=mesh, in_specs=(whole,) * 5, out_specs=(whole, whole),
-                         check_vma=False)
-    return [np.asarray(out) for out in jax.jit(step)(x, *weights)]
+    gathered = jax.jit(jax.shard_map(batch_invariant(up), mesh=mesh, in_specs=(PartitionSpec(),) * 3,
+                                     out_specs=PartitionSpec(), check_vma=False))
+    return np.asarray(jax_tensor_parallel_mlp(ranks)[0](x, *weights)), np.asarray(gathered(x, *weights[:2]))
 
 
 def jax_ranks_main():
@@ -179,7 +150,7 @@ def test_the_jax_mlp_has_the_same_bits_on_one_two_and_four_devices_and_in_any_ba
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
 
-def _trimul_rows_of(case, group):
+def _trimul_rows_of(group, device, case):
     from ports import trimul as spec
     from triton_kernels.trimul import trimul_rows
 
@@ -187,7 +158,7 @@ def _trimul_rows_of(case, group):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreter: one GPU holds one rank")
-def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
+def test_trimul_sharded_by_rows_has_one_ranks_bits():
     # the Triton port's rows split over 1, 2 and 4 ranks: each rank's rows are trimul's, bit for bit; N = 30 is
     # padded to 32 (the last rank's padded rows cut), with a mask
     from ports import trimul as spec
@@ -195,9 +166,9 @@ def test_trimul_sharded_by_rows_has_one_ranks_bits(tmp_path):
 
     case = dict(seqlen=30, bs=2, dim=32, hiddendim=32, seed=17, nomask=False, distribution="normal")
     whole = trimul(spec.make_inputs(case, case["seed"], "cpu"))
-    assert torch.equal(_trimul_rows_of(case, None), whole)
+    assert torch.equal(_trimul_rows_of(None, "cpu", case), whole)
     for ranks in (2, 4):
-        rows = on_ranks(ranks, tmp_path / str(ranks), _trimul_rows_of, case)
+        rows = on_ranks(ranks, False, _trimul_rows_of, case)
         assert torch.equal(torch.cat(rows, dim=1), whole), ranks
 
 
@@ -224,6 +195,11 @@ def jax_trimul_main():
         out = trimul_sharded(data, Mesh(np.array(jax.devices()[:devices]), ("rows",)), "rows")
         if not (np.asarray(out) == whole).all():
             failures.append(f"{devices} devices differ from trimul")
+    # N = 48: 16-row tiles, so 2 devices' 24 rows take two tiles each, the second padded
+    taller = to_framework("jax", spec.make_inputs({**case, "seqlen": 48}, case["seed"], "cpu"))
+    out = trimul_sharded(taller, Mesh(np.array(jax.devices()[:2]), ("rows",)), "rows")
+    if not (np.asarray(out) == np.asarray(trimul(taller))).all():
+        failures.append("N = 48 on 2 devices differs from trimul")
     try:
         trimul_sharded(data, Mesh(np.array(jax.devices()[:3]), ("rows",)), "rows")
         failures.append("3 devices were not refused")
@@ -289,3 +265,33 @@ def test_the_driver_across_devices_names_what_it_cannot_run(capsys):
     assert "gluon cannot shard; ports that do: triton" in capsys.readouterr().err
     assert main(["matmul", "--gpus", "2"]) == 2
     assert "--gpus N takes trimul" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreters: one GPU holds one rank")
+def test_the_invariance_command_checks_the_tensor_parallel_mlp_across_devices(tmp_path):
+    out = tmp_path / "tensor-parallel.json"
+    done = subprocess.run([sys.executable, "-m", "compare", "invariance", "--gpus", "2", "--batches", "1,3",
+                           "--repeats", "1", "--json", str(out)], cwd=pathlib.Path(__file__).resolve().parents[1],
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(row["framework"], row["same_bits_as_one_device"], row["same_bits_in_any_batch"]) for row in rows] == [
+        ("torch", True, True), ("jax", True, True)]
+
+
+def test_the_tensor_parallel_check_fails_a_linear_whose_rows_depend_on_the_batch(monkeypatch):
+    # one process, one device: a planted MLP whose output moves by an ulp with the batch size
+    from compare import invariance_tensor_parallel as tensor_parallel
+
+    honest = tensor_parallel.torch_mlp
+    monkeypatch.setattr(tensor_parallel, "torch_mlp", lambda x, weights, group: torch.nextafter(
+        honest(x, weights, group), torch.tensor(float("inf"))) if x.shape[0] > 1 else honest(x, weights, group))
+    rows, held = tensor_parallel.run(1, [1, 2], ["torch"], 1, DEVICE == "cuda")
+    assert not held and rows[0]["same_bits_as_one_device"] and not rows[0]["same_bits_in_any_batch"]
+
+
+def test_the_invariance_command_names_a_device_count_it_cannot_split_over(capsys):
+    from compare.invariance import main
+
+    assert main(["--gpus", "3"]) == 2
+    assert "1, 2, 4 or 8 devices" in capsys.readouterr().err

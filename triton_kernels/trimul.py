@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from kernel_support.trimul_common import (TriMulTiling, any_not_finite, float16_weights, kernel_tiling, padded_inputs,
-                                          padded_length, refuse_flagged, scratch)
+                                          padded_length, refuse_flagged, scratch, shard_rows)
 from kernel_support.triton_launch import launch
 
 
@@ -224,10 +224,7 @@ def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
     seq = padded_length(length)
     ranks, rank = (1, 0) if group is None else (dist.get_world_size(group), dist.get_rank(group))
     tiles = triton_tiling(batch, seq, dim, hidden)
-    rows = seq // ranks
-    if seq % ranks or rows * seq % max(tiles.norm_rows, tiles.rows, tiles.output_rows):
-        raise ValueError(f"the sequence padded to {seq} does not split over {ranks} ranks into rows whose pairs fill "
-                         f"the kernels' tiles ({max(tiles.norm_rows, tiles.rows, tiles.output_rows)} pairs)")
+    rows = shard_rows(seq, ranks, tiles, "ranks")
     x, mask = padded_inputs(x, mask, seq)
     mine = slice(rank * rows, (rank + 1) * rows)
     x, mask = x[:, mine].contiguous(), mask[:, mine].contiguous()
