@@ -190,7 +190,7 @@ def float16_weights(projections: list, to_out: torch.Tensor, hidden: int, channe
     and to_out's ([dim, hidden]), in float16 with their rows padded to `channels` with zeros, in one launch (through
     the port's `launch`): ([5 * channels, dim] projections stacked, [channels, dim] to_out's weight transposed, the
     range flags). The flags ([1 + 6 * dim / block] int32) are set by the launch's programs and, in flags[0], by the
-    port's output kernel: `refuse_flagged` reads them."""
+    port's output kernel: `refuse_flagged` checks them."""
     block = largest_power_of_two_dividing(dim, WEIGHT_BLOCK)
     out = torch.empty((6 * channels, dim), device=to_out.device, dtype=torch.float16)
     flags = torch.empty((1 + 6 * (dim // block),), device=to_out.device, dtype=torch.int32)
@@ -199,12 +199,33 @@ def float16_weights(projections: list, to_out: torch.Tensor, hidden: int, channe
     return out[:5 * channels], out[5 * channels:], flags
 
 
-def refuse_flagged(flags: torch.Tensor, port: str) -> None:
-    """Raise Float16RangeError where a range flag of the call (`float16_weights`) is set: a float16 weight or
-    normalised product not finite. The torch ports' range check: the flags are set inside kernels the call runs
-    anyway, so its cost is one small read back (a synchronisation), and it misses no float16 value the output is
-    made from: every one is a weight, or feeds the output LayerNorm's normalised product (see refuse_non_finite).
-    Stricter than the column sum in one way: a gate weight beyond float16's range is refused even where the gate's
-    sigmoid saturates and the answer would have been right."""
-    if any(flags.tolist()):
-        raise _refusal(port)
+@triton.jit(debug=True)  # debug: Triton compiles a device_assert only into a kernel built with it
+def _range_assertion_kernel(flags_ptr, COUNT: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: a device-side assertion that every range flag (`float16_weights`) is 0. A set flag stops the
+    launch with the message below, and the CUDA context with it: torch raises at its next synchronisation."""
+    index = tl.arange(0, BLOCK)
+    flags = tl.load(flags_ptr + index, mask=index < COUNT, other=0)
+    tl.device_assert(flags == 0, "TriMul kernel port: this input's range overflows its float16 intermediates (or "
+                                 "holds inf or NaN); the float32 implementations take it")
+
+
+INTERPRETED = triton.knobs.runtime.interpret  # the Triton interpreter runs the kernels: it compiles no assertion
+
+
+def refuse_flagged(flags: torch.Tensor, port: str, launch, *, on_host: bool) -> None:
+    """Refuse the call where a range flag of the call (`float16_weights`) is set: a float16 weight or normalised
+    product not finite. The torch ports' range check: the flags are set inside kernels the call runs anyway, and
+    they miss no float16 value the output is made from: every one is a weight, or feeds the output LayerNorm's
+    normalised product (see refuse_non_finite). Stricter than the column sum in one way: a gate weight beyond
+    float16's range is refused even where the gate's sigmoid saturates and the answer would have been right.
+
+    on_host=False (the ports' default): a device-side assertion reads them (`_range_assertion_kernel`, one launch
+    through the port's `launch`), so the call never waits for the device; an overflow stops the process's CUDA
+    context, and torch raises at its next synchronisation, before any value of the output can be read. on_host=True,
+    and always under Triton's interpreter: the flags are read back (one synchronisation) and Float16RangeError is
+    raised, which a caller can catch and go on."""
+    if on_host or INTERPRETED:
+        if any(flags.tolist()):
+            raise _refusal(port)
+        return
+    launch(_range_assertion_kernel, (1,), flags, COUNT=flags.numel(), BLOCK=triton.next_power_of_2(flags.numel()))

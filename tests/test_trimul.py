@@ -5,6 +5,9 @@ on a machine with CUDA the GPU tests also run GPU MODE's 18 test cases.
 """
 import inspect
 import math
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,14 +27,17 @@ PORTS = tuple(impl.name for impl in spec.WORKLOAD.implementations if impl.ported
 
 def run_port(name, data, *, skip_what_cannot_run=True):
     """The port's output as torch. A port that takes `poison` starts its buffers as NaN (unwritten tiles show), as
-    the interpreters' fresh outputs do. A port this machine cannot run is skipped, with the registry's reason."""
+    the interpreters' fresh outputs do; one that takes `host_check` refuses an input beyond its range with
+    Float16RangeError, never with a device-side assertion, which would end every later test's CUDA context. A port
+    this machine cannot run is skipped, with the registry's reason."""
     impl = spec.WORKLOAD.implementation(name)
     missing = impl.needs.missing()
     if missing and skip_what_cannot_run:
         pytest.skip(f"{name}: {missing}")
     function = impl.load()
-    poison = dict(poison=True) if "poison" in inspect.signature(function).parameters else {}
-    return to_torch(function(to_framework(impl.framework, data), **poison))
+    accepted = inspect.signature(function).parameters
+    options = {option: True for option in ("poison", "host_check") if option in accepted}
+    return to_torch(function(to_framework(impl.framework, data), **options))
 
 
 def fresh_inputs(case, device=DEVICE):
@@ -180,6 +186,31 @@ def test_output_weights_beyond_float16_are_refused_by_every_kernel_port(port, na
     x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, DEVICE)
     with pytest.raises(Float16RangeError, match="overflows its float16 intermediates"):
         run_port(port, (x, mask, dict(weights, **{name: weights[name] * 1e6}), config))
+
+
+def range_assertion_main(port: str) -> None:
+    """Run in a fresh process on a GPU: the torch port `port`, called as a caller does (no host_check), on an input
+    beyond its float16 range. Prints "returned" where the call comes back without raising (it read nothing back),
+    then synchronises, which must raise: the device-side assertion has stopped the CUDA context."""
+    x, mask, weights, config = spec.make_inputs(SMOKE[0], 3, "cuda")
+    large = {name: value * 50 if name in LEFT_RIGHT else value for name, value in weights.items()}
+    out = spec.WORKLOAD.implementation(port).load()((x, mask, large, config))
+    print("returned", flush=True)
+    torch.cuda.synchronize()
+    print("synchronised", out.shape, flush=True)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="under the Triton interpreter the range flags are read on the host")
+@pytest.mark.parametrize("port", ("triton", "gluon"))
+def test_a_torch_port_refuses_overflow_on_the_device_without_waiting_for_it(port):
+    # the default call reads no flag back: it returns, and the next synchronisation raises with the assertion's
+    # message, so no value of the output can be read (a fresh process: the CUDA context does not survive it)
+    done = subprocess.run([sys.executable, "-c", f"from tests.test_trimul import range_assertion_main; "
+                           f"range_assertion_main({port!r})"], cwd=pathlib.Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "returned" in done.stdout and "synchronised" not in done.stdout, output
+    assert "overflows its float16 intermediates" in output and "device-side assert" in output, output
 
 
 class _GarbageEmpty:
@@ -334,7 +365,7 @@ def test_gluon_port_hands_its_kernel_a_contiguous_mask(mask_dtype, monkeypatch):
 
     launches = {}
     monkeypatch.setattr(gluon, "launch", lambda kernel, grid, *args, **kwargs: launches.setdefault(kernel, args))
-    monkeypatch.setattr(gluon, "refuse_flagged", lambda *args: None)
+    monkeypatch.setattr(gluon, "refuse_flagged", lambda *args, **kwargs: None)
     x, mask, weights, config = spec.make_inputs(dict(SMOKE[-1], mask_dtype=mask_dtype), 1, "cpu")
     assert x.shape[1] == 64 and not mask.is_contiguous()
     gluon.trimul((x, mask, weights, config))
@@ -345,10 +376,10 @@ def test_gluon_port_hands_its_kernel_a_contiguous_mask(mask_dtype, monkeypatch):
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile and run the kernels")
 @pytest.mark.parametrize("case", ["smoke:0", "test:4"], ids=["hidden32-dim32", "dim768"])
 def test_gluon_port_compiles_for_hopper(compile_for_hopper, case):
-    # Triton's interpreter does not run Gluon: on a CPU its four launches (the weights' Triton cast and three Gluon
-    # kernels) are compiled for sm_90 as launched, with hidden padded to 64 channels and N to 64 (smoke:0), and at
+    # Triton's interpreter does not run Gluon: on a CPU its five launches (the weights' Triton cast, three Gluon
+    # kernels and the range flags' device-side assertion) are compiled for sm_90 as launched, with hidden padded to 64 channels and N to 64 (smoke:0), and at
     # dim 768 with 128-wide tiles (test:4)
     status, output = compile_for_hopper("trimul", case, "--impl", "gluon", "--specialise")
-    assert status == 0 and "4 kernels compiled for sm_90" in output, output
+    assert status == 0 and "5 kernels compiled for sm_90" in output and "_range_assertion_kernel" in output, output
 
 

@@ -161,11 +161,12 @@ def triton_tiling(batch: int, seq: int, dim: int, hidden: int) -> TriMulTiling:
     return dataclasses.replace(tiles, output_rows=64, output_warps=4) if dim <= 128 else tiles
 
 
-def trimul(data, *, poison: bool = False) -> torch.Tensor:
+def trimul(data, *, poison: bool = False, host_check: bool = False) -> torch.Tensor:
     """TriMul forward for GPU MODE's `(x, mask, weights, config)`; returns [B, N, N, dim] float32.
 
-    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. Raises
-    Float16RangeError where the input overflows the float16 intermediates (`refuse_flagged`).
+    poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. An input that overflows
+    the float16 intermediates is refused (`refuse_flagged`): by a device-side assertion, with no synchronisation in
+    the call, or with host_check=True by Float16RangeError, after one read back.
     """
     validate(data, "torch")
     x, mask, weights, config = data
@@ -199,11 +200,11 @@ def trimul(data, *, poison: bool = False) -> torch.Tensor:
         out_weight_t, out, flags, batch * hidden, seq * seq, LAYER_NORM_EPS, DIM=dim, HIDDEN=hidden,
         ROWS=tiles.output_rows, TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     out = out.view(batch, seq, seq, dim)
-    refuse_flagged(flags, "triton")
+    refuse_flagged(flags, "triton", launch, on_host=host_check)
     return out if seq == length else out[:, :length, :length].contiguous()
 
 
-def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
+def trimul_rows(data, group, *, poison: bool = False, host_check: bool = False) -> torch.Tensor:
     """This rank's rows i of TriMul's output, the sequence's rows split evenly across the ranks of a torch.distributed
     group (None: one process, all rows): the same bits as `trimul`'s rows.
 
@@ -214,7 +215,7 @@ def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
     products do not depend on the tile's other rows, as on the GPU), against all the right rows; the output kernel
     runs on the rank's pairs. A rank's intermediates hold its rows and the whole right projection.
     Returns [B, rows, N, dim] for the rank's rows below N (padded rows cut). The range flags are reduced across the
-    ranks (a maximum, exact), so all refuse together. poison: as `trimul`'s."""
+    ranks (a maximum, exact), so all refuse together. poison and host_check: as `trimul`'s."""
     import torch.distributed as dist
 
     validate(data, "torch")
@@ -261,6 +262,6 @@ def trimul_rows(data, group, *, poison: bool = False) -> torch.Tensor:
         ROWS=tiles.output_rows, TILE_OUT=tiles.tile_out, num_warps=tiles.output_warps, num_stages=tiles.stages)
     if ranks > 1:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
-    refuse_flagged(flags, "triton")
+    refuse_flagged(flags, "triton", launch, on_host=host_check)
     kept = max(0, min(rows, length - rank * rows))
     return out.view(batch, rows, seq, dim)[:, :kept, :length].contiguous()

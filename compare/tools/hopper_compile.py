@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from compare.tools.one_case import one_case, one_case_arguments
 from kernel_support.triton_launch import TRITON_ALIGNMENT, through_tritons_dispatch
-from kernel_support.trimul_common import Float16RangeError
 
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one program (CTA) may use on sm_90
 TORCH_TYPES = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "int32": "i32",
@@ -198,8 +197,6 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
     try:
         with through_tritons_dispatch():  # a kernel this process launched before would skip the interception
             function(inputs)
-    except Float16RangeError:
-        pass  # a TriMul port's range check read its output, which no kernel wrote here (eigh's bounds start zeroed)
     finally:
         JITFunction.run = original
     return list(compiled.values())
