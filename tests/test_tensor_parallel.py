@@ -284,8 +284,12 @@ def test_the_tensor_parallel_check_fails_a_linear_whose_rows_depend_on_the_batch
     from compare import invariance_tensor_parallel as tensor_parallel
 
     honest = tensor_parallel.torch_mlp
-    monkeypatch.setattr(tensor_parallel, "torch_mlp", lambda x, weights, group: torch.nextafter(
-        honest(x, weights, group), torch.tensor(float("inf"))) if x.shape[0] > 1 else honest(x, weights, group))
+
+    def planted(x, weights, group):  # on the output's device (a CPU scalar beside a GPU tensor is refused)
+        out = honest(x, weights, group)
+        return torch.nextafter(out, torch.full_like(out, float("inf"))) if x.shape[0] > 1 else out
+
+    monkeypatch.setattr(tensor_parallel, "torch_mlp", planted)
     rows, held = tensor_parallel.run(1, [1, 2], ["torch"], 1, DEVICE == "cuda")
     assert not held and rows[0]["same_bits_as_one_device"] and not rows[0]["same_bits_in_any_batch"]
 
