@@ -268,6 +268,7 @@ def test_the_driver_across_devices_names_what_it_cannot_run(capsys):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks as CPU processes through the interpreters: one GPU holds one rank")
+@pytest.mark.slow  # the command's end to end; the MLP tests above check its bits at 1, 2 and 4 ranks on every CPU run
 def test_the_invariance_command_checks_the_tensor_parallel_mlp_across_devices(tmp_path):
     out = tmp_path / "tensor-parallel.json"
     done = subprocess.run([sys.executable, "-m", "compare", "invariance", "--gpus", "2", "--batches", "1,3",
