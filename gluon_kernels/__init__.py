@@ -23,17 +23,18 @@ else:  # triton 3.6, the H200's
 
 class DeviceScratch:
     """Triton's allocator of the global scratch that kernels making their TMA descriptors on the device write them
-    to: one buffer per device, grown as needed and reused (launches on a stream run one after another, and a kernel
-    writes its descriptors as it starts). Only those kernels ask it for memory."""
+    to: one buffer per device and stream, grown as needed and reused (launches on a stream run one after another, and
+    a kernel writes its descriptors as it starts; kernels on two streams may run at once, so they never share one).
+    Only those kernels ask it for memory."""
 
     def __init__(self):
         self.buffers = {}
 
     def __call__(self, size: int, alignment: int, stream):
-        device = torch.cuda.current_device()
-        buffer = self.buffers.get(device)
+        key = (torch.cuda.current_device(), stream)
+        buffer = self.buffers.get(key)
         if buffer is None or buffer.numel() < size:
-            buffer = self.buffers[device] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
+            buffer = self.buffers[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
         return buffer
 
 

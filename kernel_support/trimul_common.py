@@ -120,8 +120,8 @@ def _refusal(port: str) -> Float16RangeError:
 
 def refuse_non_finite(column_sum, port: str) -> None:
     """Raise Float16RangeError unless `column_sum`, the sum of column 0 of the port's output (a 0-d tensor or array),
-    is finite (the JAX ports' range check; the torch ports read the flags of `float16_weights` with `refuse_flagged`
-    instead).
+    is finite (the JAX ports' range check; the torch ports check the flags of `float16_weights` with `refuse_flagged`
+    instead, on the device).
 
     The kernel ports keep LayerNorm's output, the gated projections and the triangle products in float16, whose
     largest value is 65504. An overflow in any of them reaches the output LayerNorm of the pairs (i, j) it feeds as

@@ -166,7 +166,8 @@ def trimul(data, *, poison: bool = False, host_check: bool = False) -> torch.Ten
 
     poison=True fills every buffer with NaN first, so a tile a kernel fails to write shows. An input that overflows
     the float16 intermediates is refused (`refuse_flagged`): by a device-side assertion, with no synchronisation in
-    the call, or with host_check=True by Float16RangeError, after one read back.
+    the call, or with host_check=True (and always under Triton's interpreter) by Float16RangeError, after one read
+    back.
     """
     validate(data, "torch")
     x, mask, weights, config = data

@@ -146,7 +146,7 @@ def pieces(on_gpu: bool):
         ("torch, after a flush", "the same, after the L2 flush",
          between_synchronisations(lambda: tensor.add_(1), on_gpu, before=lambda: flush.zero_())),
         ("torch, a scalar read back", "float() of a 0-d add_: a launch, then its value on the host (as the "
-         "TriMul ports' range check reads its sum)", alone(lambda: float(scalar.add_(1)))),
+         "JAX TriMul ports' range check reads its sum)", alone(lambda: float(scalar.add_(1)))),
         ("jax, back-to-back", "jax.jit(v + 1): dispatch of one XLA kernel", back_to_back(lambda: add_one(native))),
         ("jax, between synchronisations", "the same, clocked as the driver clocks a call",
          between_synchronisations(lambda: add_one(native), on_gpu)),

@@ -159,6 +159,8 @@ def compile_launches(function, inputs, specialise: bool = False) -> list[Compile
         options = {name: kwargs[name] for name in option_names if name in kwargs}
         for name in options.keys() - set(kernel.arg_names):  # a Gluon kernel may take num_warps as a constexpr too
             del kwargs[name]
+        if getattr(kernel, "debug", None):  # a kernel built with debug=True: its device_assert compiled in
+            options["debug"] = True
         bound = {param.name: param.default for param in kernel.params if param.has_default}
         bound.update(zip(kernel.arg_names, args))
         bound.update(kwargs)
