@@ -145,9 +145,8 @@ def across_devices(args, impls, case_sets, on_gpu) -> int:
             f"{name} ({across_devices.HOW[impl.framework]})" for name, impl in sharded.items()), file=sys.stderr)
         return 2
     cases = [pair for spec in case_sets for pair in select_cases(get_workload("trimul"), spec)]
-    if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.gpus}"
+    if not on_gpu:
+        across_devices.jax_cpu_devices(args.gpus)
     return across_devices.run(impls, cases, args.gpus, args.iters, on_gpu, args.json)
 
 

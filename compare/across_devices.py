@@ -19,7 +19,7 @@ import tempfile
 
 import torch
 
-from compare.timing import wait_for
+from compare.timing import median_after_warm_up, wait_for
 
 HOW = {"torch": "torch.distributed, one process a device", "jax": "jax.shard_map over a mesh axis"}
 
@@ -72,24 +72,16 @@ def on_ranks(devices: int, on_gpu: bool, work, *args) -> list:
 def median_seconds(call, calls: int, group, on_gpu: bool) -> float:
     """The median host time of `calls` calls of `call()` after one untimed call, each finished on every rank of
     `group` (None: one process): the ranks meet before the clock starts, and again before it stops."""
-    import statistics
-    import time
-
     import torch.distributed as dist
 
-    def meet():
-        if group is not None:
-            dist.barrier(group)
+    return median_after_warm_up(lambda: wait_for(call(), on_gpu), calls,
+                                meet=None if group is None else lambda: dist.barrier(group))
 
-    wait_for(call(), on_gpu)
-    samples = []
-    for _ in range(calls):
-        meet()
-        start = time.perf_counter()
-        wait_for(call(), on_gpu)
-        meet()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+
+def jax_cpu_devices(count: int) -> None:
+    """Give JAX `count` CPU devices (XLA_FLAGS), where it has not started yet: without GPUs, a mesh's devices."""
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"
 
 
 def _rank_rows(group, device, name, cases, calls, on_gpu):

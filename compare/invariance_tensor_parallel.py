@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import torch
 
-from compare.across_devices import median_seconds, on_ranks
+from compare.across_devices import jax_cpu_devices, median_seconds, on_ranks
 
 CPU_SIZES = (64, 128, 48)  # width, hidden, out: the interpreters run them in seconds
 GPU_SIZES = (4096, 14336, 4096)  # an 8B model's MLP
@@ -167,11 +167,8 @@ def main_from(args, frameworks: list[str], batches: list[int], argv) -> int:
         print(f"--gpus {args.gpus}: the tensor-parallel linears split over 1, 2, 4 or 8 devices", file=sys.stderr)
         return 2
     on_gpu = gpu_or_interpreters()
-    if not on_gpu and "jax" not in sys.modules:  # N CPU devices for JAX, set before it starts
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.gpus}"
-    import torch
-
+    if not on_gpu:
+        jax_cpu_devices(args.gpus)
     if on_gpu and torch.cuda.device_count() < args.gpus:
         print(f"--gpus {args.gpus}: {torch.cuda.device_count()} GPUs here", file=sys.stderr)
         return 2

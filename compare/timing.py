@@ -10,16 +10,21 @@ from collections import defaultdict
 from ports import to_framework, to_torch
 
 
-def median_after_warm_up(call, calls: int) -> float:
+def median_after_warm_up(call, calls: int, meet=None) -> float:
     """Seconds: one untimed call of `call` (which waits for its own work), then the median host time of `calls`
-    calls."""
+    calls. `meet()`, where given, runs before the clock starts and again before it stops (processes that wait for
+    each other there, as `compare.across_devices.median_seconds`'s ranks)."""
     import statistics
 
     call()
     samples = []
     for _ in range(calls):
+        if meet:
+            meet()
         start = time.perf_counter()
         call()
+        if meet:
+            meet()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
