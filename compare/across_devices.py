@@ -6,7 +6,9 @@ JAX's devices. Each case runs on one device (the port's own `trimul`) and on N; 
 one device's bits and pass the workload's float64 check. Both are timed (the host clock around a call that has
 finished on every device, median after a warm-up call): scaling is the time on one over the time on N. Without GPUs
 the devices are CPU processes and JAX's CPU devices, through the interpreters: the bits are checked, the times are no
-speed. A case whose padded N does not split into rows that fill the kernels' tiles is skipped, and said so.
+speed. A case whose padded N does not split into rows that fill the kernels' tiles is skipped, and said so, as is
+one a port refuses (x beyond its float16 intermediates' range: the torch ports' checked call passes host_check=True,
+so the refusal is an error to catch, not a device-side assertion that ends the process's CUDA context).
 """
 from __future__ import annotations
 
@@ -94,8 +96,8 @@ def _rank_rows(group, device, name, cases, calls, on_gpu):
     for case in cases:
         data = spec.make_inputs(case, case["seed"], device)
         try:
-            rows = rows_of(data, group)
-        except ValueError as refusal:  # every rank refuses alike, before any collective
+            rows = rows_of(data, group, host_check=True)
+        except ValueError as refusal:  # every rank refuses alike
             found.append({"skipped": str(refusal)})
             continue
         found.append({"rows": rows.cpu(), "seconds": median_seconds(lambda: rows_of(data, group), calls, group,
@@ -144,7 +146,7 @@ def _jax_on(name, devices, cases, calls, on_gpu):
 
 def _one_device(impl, cases, calls, on_gpu):
     """Per case: the port's own function on one device, its output (kept on the CPU, leaving the GPU to the ranks)
-    and median seconds."""
+    and median seconds; or the refusal."""
     from ports import to_framework, to_torch
     from ports import trimul as spec
 
@@ -152,8 +154,12 @@ def _one_device(impl, cases, calls, on_gpu):
     found = []
     for case in cases:
         framed = to_framework(impl.framework, spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
-        found.append({"output": to_torch(trimul(framed)).cpu(),
-                      "seconds": median_seconds(lambda: trimul(framed), calls, None, on_gpu)})
+        try:
+            output = to_torch(trimul(framed, **({"host_check": True} if impl.framework == "torch" else {}))).cpu()
+        except ValueError as refusal:
+            found.append({"skipped": str(refusal)})
+            continue
+        found.append({"output": output, "seconds": median_seconds(lambda: trimul(framed), calls, None, on_gpu)})
     return found
 
 
@@ -177,12 +183,12 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
         spread_over = _torch_on if ports[impl].framework == "torch" else _jax_on
         spread = spread_over(impl, devices, [case for _, case in cases], calls, on_gpu)
         for (case_set, case), one, many in zip(cases, alone, spread):
-            row = {"case_set": case_set, "case": spec.case_name(case), "impl": impl, "devices": devices,
-                   "one_device_ms": one["seconds"] * 1e3}
-            if "skipped" in many:
-                row["skipped"] = many["skipped"]
-                print(f"{row['case']:36} {impl:7} skipped: {many['skipped']}")
+            row = {"case_set": case_set, "case": spec.case_name(case), "impl": impl, "devices": devices}
+            if "skipped" in one or "skipped" in many:
+                row["skipped"] = one.get("skipped") or many["skipped"]
+                print(f"{row['case']:36} {impl:7} skipped: {row['skipped']}")
             else:
+                row["one_device_ms"] = one["seconds"] * 1e3
                 data = spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu")  # the float64 check's
                 check = spec.check(data, many["output"].to(data[0].device), spec.reference(data))
                 row.update(bitwise_equal=bool(torch.equal(many["output"], one["output"])), check=check.passed,
@@ -196,6 +202,6 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
         pathlib.Path(json_path).write_text(json.dumps({"workload": "trimul", "devices": devices, "device": where,
                                                        "results": rows}, indent=1) + "\n")
     if all("skipped" in row for row in rows):
-        print(f"no case split over {devices} devices: nothing was compared", file=sys.stderr)
+        print(f"no case ran on {devices} devices: nothing was compared", file=sys.stderr)
         return 1
     return 1 if failed else 0

@@ -258,6 +258,24 @@ def test_the_driver_across_devices_fails_a_port_whose_shards_differ(monkeypatch,
     assert "DIFFER" in capsys.readouterr().out
 
 
+def test_the_driver_across_devices_skips_a_case_the_port_refuses(monkeypatch, capsys):
+    # x beyond the float16 intermediates' range: refused on one device and on the mesh alike, a row that says so
+    from compare import across_devices
+    from ports import trimul as spec
+
+    honest = spec.make_inputs
+
+    def beyond_float16(*args):
+        x, *rest = honest(*args)
+        return (x * 1e20, *rest)
+
+    monkeypatch.setattr(spec, "make_inputs", beyond_float16)
+    assert across_devices.run(["pallas"], [("smoke", spec.SMOKE_CASES[0])], 1, 1, DEVICE == "cuda") == 1
+    captured = capsys.readouterr()
+    assert "skipped: " in captured.out and "overflows its float16 intermediates" in captured.out
+    assert "no case ran on 1 devices: nothing was compared" in captured.err
+
+
 def test_the_driver_across_devices_names_what_it_cannot_run(capsys):
     from compare.__main__ import main
 

@@ -74,6 +74,28 @@ def test_hunt_names_the_seeds_whose_inputs_fail_and_checks_them_again(tmp_path, 
     assert hunt_main(["trimul", "--case", "smoke:0", "--seeds", ","]) == 2
 
 
+def test_a_hunt_stops_where_the_cuda_context_is_lost(tmp_path, capsys, monkeypatch):
+    # a kernel's fault makes every later call fail with it: the hunt stops at that input, says so, and keeps the
+    # failures before it (the device-wide synchronisation that finds a lost context is stood in for on a CPU)
+    import compare.tools.hunt as hunt
+
+    checked = []
+
+    def lost(device):
+        checked.append(device)
+        return "AcceleratorError: an illegal memory access"
+
+    monkeypatch.setattr(hunt, "context_lost", lost)
+    faulting, path = tmp_path / "trimul_faulting.py", tmp_path / "hunt.json"
+    faulting.write_text("def trimul(data):\n    raise RuntimeError('CUDA error: an illegal memory access')\n")
+    code = hunt.main(["trimul", "--case", "smoke:0", "--impl", "faulting,triton", "--variant",
+                      f"faulting=triton:{faulting}", "--seeds", "1,2,3", "--json", str(path)])
+    results = json.loads(path.read_text())["results"]
+    assert code == 1 and len(checked) == 1 and "stopped: the CUDA context was lost" in capsys.readouterr().out
+    assert results["faulting"]["inputs"] == 1 and [f["seed"] for f in results["faulting"]["failures"]] == [1]
+    assert results["triton"]["inputs"] == 0 and all("seed 1" in entry["stopped"] for entry in results.values())
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
 def test_a_variant_compiles_for_hopper(compile_for_hopper, trimul_variant):
     counted = trimul_variant("counted")

@@ -12,8 +12,9 @@ share no input), runs every implementation on it and checks the output with the 
 nothing is timed. Where the workload has a bounded check (eigh: the eigenvalue gate settled by a bound from the
 output's own figures), the float64 reference is computed only for the outputs it leaves open. A failing seed is
 printed when it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s;
-the tally counts inputs and their items (eigh: matrices). Exit status 1 if any implementation failed to load, or
-failed or raised on any input; 2 for a bad argument.
+the tally counts inputs and their items (eigh: matrices). A kernel's fault that leaves the CUDA context unusable
+stops the hunt at that input, said so in the tally (every later call would fail with it): the failures before it
+stand. Exit status 1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
 """
 from __future__ import annotations
 
@@ -24,10 +25,15 @@ import os
 import sys
 import time
 
+from compare.driver import context_lost
 from compare.records import device_info, error_text, versions
 from ports import to_framework, to_torch
 
 PROGRESS_SECONDS = 30
+
+
+class ContextLost(RuntimeError):
+    """An implementation's error left the CUDA context unusable: the message names the input and the error."""
 
 
 def seed_order(case: dict | None, first_seed: int | None, seeds: list[int] | None):
@@ -46,12 +52,13 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
     """Each implementation on the input of each seed in turn, each of `cases` ([(name, case)]) for each seed, until
     `seconds` have passed (the first input always runs, and every seed of a finite `seeds`): {name: {"inputs",
     "items" (the inputs' batch entries), "settled_by_bound" (outputs judged without the reference), "failures":
-    [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error"}}. An
-    implementation that fails to load is recorded (load_error) and left out. save(tally), if given, runs after an
-    input with a failure, with each progress line and at the end, also when the hunt is interrupted, so a hunt cut
-    short keeps what it found."""
+    [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error", "stopped"}}. An
+    implementation that fails to load is recorded (load_error) and left out. Where an error leaves the CUDA context
+    unusable, the hunt stops after that input, its reason in every entry's "stopped" (None otherwise).
+    save(tally), if given, runs after an input with a failure, with each progress line and at the end, also when the
+    hunt is interrupted or stopped, so a hunt cut short keeps what it found."""
     tally = {impl.name: {"inputs": 0, "items": 0, "settled_by_bound": 0, "failures": [], "worst": {},
-                         "load_error": None} for impl in impls}
+                         "load_error": None, "stopped": None} for impl in impls}
     functions = {}
     for impl in impls:
         try:
@@ -76,6 +83,10 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
                            + ", ".join(f"{name} {len(entry['failures'])}" for name, entry in tally.items()))
                 if save and (found or progress):
                     save(tally)
+    except ContextLost as lost:
+        report(str(lost))
+        for entry in tally.values():
+            entry["stopped"] = str(lost)
     finally:
         if save:
             save(tally)
@@ -84,7 +95,8 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
 
 def _check_input(workload, case_name, case, seed, device, functions, tally, report) -> bool:
     """Every implementation on the input of (case, seed), checked and tallied; whether one failed. The reference
-    is computed once, and only where the workload's bounded check leaves an output open."""
+    is computed once, and only where the workload's bounded check leaves an output open. ContextLost where an error
+    left the CUDA context unusable (its failure tallied; the implementations after it do not run)."""
     inputs = workload.make_inputs(case, seed, device)
     expected = None
     found = False
@@ -92,6 +104,7 @@ def _check_input(workload, case_name, case, seed, device, functions, tally, repo
         entry = tally[name]
         entry["inputs"] += 1
         entry["items"] += case.get("batch", 1)
+        lost = None
         try:
             output = to_torch(function(to_framework(impl.framework, inputs)))
             verdict = workload.bounded_check(inputs, output) if workload.bounded_check else None
@@ -104,12 +117,15 @@ def _check_input(workload, case_name, case, seed, device, functions, tally, repo
                 value = math.inf if math.isnan(value) else value
                 entry["worst"][figure] = max(entry["worst"].get(figure, value), value)
             reason = "" if verdict.passed else verdict.reason
-        except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on
-            reason = error_text(error)
+        except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on unless the context is lost
+            reason, lost = error_text(error), context_lost(device)
         if reason:
             entry["failures"].append({"seed": seed, "case": case_name, "reason": reason})
             report(f"seed {seed}, {case_name}: {name} failed: {reason}")
             found = True
+        if lost:
+            raise ContextLost(f"the CUDA context was lost at seed {seed}, {case_name}, {name} ({lost}); every later "
+                              "call would fail with it: the hunt stops, its failures before it stand")
     return found
 
 
@@ -165,7 +181,8 @@ def main(argv=None) -> int:
             continue
         worst = ", ".join(f"{figure} {value:.3g}" for figure, value in entry["worst"].items())
         print(f"{header['case']} {impl_name}: {entry['inputs']} inputs ({entry['items']} items), "
-              f"{len(entry['failures'])} failed" + (f"; worst {worst}" if worst else ""))
+              f"{len(entry['failures'])} failed" + (f"; worst {worst}" if worst else "")
+              + ("; stopped: the CUDA context was lost" if entry["stopped"] else ""))
     failed = {}
     for entry in tally.values():
         for failure in entry["failures"]:
