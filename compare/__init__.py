@@ -3,8 +3,9 @@
 The driver's core: `driver` (cases, variants, checks, the run), `timing` (how a call is timed), `result` (one
 implementation's result on one case, the typed record), `records` (what a run records, its floor and summary);
 around it `__main__` (the command line), `report` (tables, charts, README), `regression` (`--against`), `suite` (the
-test suite run and recorded) and the `invariance` modules (`python -m compare invariance`: the batch-invariant modes
-on a decoder and on Hugging Face's models). The research tools are the subpackage `tools`."""
+test suite run and recorded) and `across_devices` (`--gpus N`). Two subpackages: `invariance` (`python -m compare
+invariance`: the batch-invariant modes on a decoder, op by op, on Hugging Face's models and across devices) and
+`tools` (the research tools)."""
 import os
 import textwrap
 

@@ -153,7 +153,7 @@ def across_devices(args, impls, case_sets, on_gpu) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["invariance"]:
-        from compare.invariance import main as invariance_main
+        from compare.invariance.command import main as invariance_main
 
         return invariance_main(argv[1:])
     if argv[:1] == ["report"]:

@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from compare.invariance import cross_verdict, per_batch
+from compare.invariance.decoder import cross_verdict, per_batch
 from compare.records import datasheet_peaks, floor_seconds, geometric_mean, property_verdict
 from compare.result import Result, results_of
 from ports import ported_backend

@@ -515,7 +515,7 @@ def test_the_decoder_keeps_every_sequences_bits_in_any_batch_with_the_modes_on(t
 
 
 def test_torch_against_jax_traces_the_first_sequence_whose_logits_differ():
-    from compare.invariance import cross_comparison, cross_verdict
+    from compare.invariance.decoder import cross_comparison, cross_verdict
 
     class Runner:  # every intermediate is the tokens; `bump` adds one to sequence 1's from "mlp" on
         def __init__(self, bump):
@@ -553,7 +553,7 @@ def test_the_decoder_proof_refuses_bad_arguments_with_code_2(arguments, capsys):
 def test_the_decoder_proof_catches_a_batch_variant_port(monkeypatch):
     # a planted torch port that splits K below 8 rows: a sequence of 4 tokens alone (M = 4) and in a batch of two
     # (M = 8) sum in different orders, and the proof fails
-    from compare.invariance import Decoder, run
+    from compare.invariance.decoder import Decoder, run
 
     monkeypatch.setitem(bik._ports, torch.device(DEVICE).type, ("planted", split_k_below(8)))
     record = run(Decoder(layers=1, length=4), [1, 2], ["torch"], progress=lambda _: None)
@@ -565,7 +565,7 @@ def test_the_op_probe_names_a_batch_variant_kernel(monkeypatch):
     # the probe's verdicts can fail: a planted port that splits K below 16 rows makes the mode's matmul variant (a
     # sequence of 8 tokens alone: 8 rows; in a batch of two: 16), while the row kernels stay invariant
     pytest.importorskip("jax")
-    from compare.invariance_ops import CPU_SIZES, probe, table
+    from compare.invariance.ops import CPU_SIZES, probe, table
 
     monkeypatch.setitem(bik._ports, torch.device(DEVICE).type, ("planted", split_k_below(16)))
     ops = probe(["torch"], DEVICE == "cuda", [1, 2], progress=lambda _: None, sizes=CPU_SIZES)

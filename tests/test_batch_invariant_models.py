@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import batch_invariant.torch_mode as bi
 import batch_invariant.attention as bia
 import batch_invariant.kernels as bik
-from compare.invariance_model import generate, left_padded
+from compare.invariance.model import generate, left_padded
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
@@ -114,7 +114,7 @@ def tiny_model(family: str):
     """A transformers causal LM with random weights from a tiny config (Qwen2's attention projections carry biases:
     addmm)."""
     pytest.importorskip("transformers")
-    from compare.invariance_model import hf_model
+    from compare.invariance.model import hf_model
 
     return hf_model(family, "tiny", DEVICE, DTYPE)
 
@@ -134,7 +134,7 @@ def test_hugging_face_models_generate_the_same_bits_alone_and_in_a_left_padded_b
 
 
 def test_the_model_command_reports_generate_alone_and_in_a_batch(capsys):
-    from compare.invariance import main
+    from compare.invariance.command import main
 
     assert main(["--model", "llama", "--size", "tiny", "--batches", "2", "--new-tokens", "1",
                  "--frameworks", "torch"]) == 0
@@ -145,7 +145,7 @@ def test_the_model_command_reports_generate_alone_and_in_a_batch(capsys):
 
 def test_a_failed_part_is_recorded_with_the_error_it_was_raised_during(monkeypatch):
     # as a CUDA-graph capture fails: the error raised names only the invalidated capture, the cause is the one before
-    import compare.invariance_model as im
+    import compare.invariance.model as im
 
     def fails_during_another(*args):
         try:
@@ -164,11 +164,11 @@ def test_a_failed_part_is_recorded_with_the_error_it_was_raised_during(monkeypat
 # qwen2 (biased q, k and v) on a GPU and with --run-slow only: the test command's 15 minutes on CI's 2 cores
 @pytest.mark.parametrize("family", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
-    # the twin (compare.llama_jax) with the HF model's weights, both modes on, a left-padded batch: on a GPU the same
-    # bits; on a CPU the interpreters sum in their own orders, so within float16's rounding there; and each
-    # sequence's bits in the batch those of the sequence alone
+    # the twin (compare.invariance.llama_jax) with the HF model's weights, both modes on, a left-padded batch: on a
+    # GPU the same bits; on a CPU the interpreters sum in their own orders, so within float16's rounding there; and
+    # each sequence's bits in the batch those of the sequence alone
     jax = pytest.importorskip("jax")
-    from compare.llama_jax import logits_function, weights_of
+    from compare.invariance.llama_jax import logits_function, weights_of
 
     model = tiny_model(family)
     lengths = [9, 5, 14]
@@ -196,7 +196,7 @@ def test_the_jax_twin_computes_the_hugging_face_models_logits(family):
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="CUDA graphs need a GPU")
 def test_steps_replayed_from_cuda_graphs_under_the_mode_give_their_eager_bits():
-    from compare.invariance_model import kernel_times, steps
+    from compare.invariance.model import kernel_times, steps
     from compare.timing import captured
 
     model = tiny_model("llama")

@@ -1,4 +1,4 @@
-"""The sweep of reduction-bearing ops (compare.invariance_sweep), op by op on a CPU: with the mode on each op is
+"""The sweep of reduction-bearing ops (compare.invariance.sweep), op by op on a CPU: with the mode on each op is
 invariant or refused by name, and everything it reaches is the mode's own kernel, refused, or row-local (an
 elementwise op, a view, a gather): nothing is left to a library reduction. On a GPU the same tests run the kernels
 compiled; the sweep at GPU sizes is recorded under results/."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import batch_invariant.torch_mode as bi
-from compare.invariance_sweep import _inputs, jax_ops, sweep, torch_ops
+from compare.invariance.sweep import _inputs, jax_ops, sweep, torch_ops
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LENGTH = 1025  # one past a chunk of the row kernels
@@ -107,7 +107,7 @@ def test_each_jax_op_is_invariant_or_refused_and_holds_no_library_reduction(name
 
 def test_the_sweep_fails_on_a_batch_variant_row_kernel_and_names_it(monkeypatch, capsys):
     # a planted row kernel that sums a batch of rows in another order than one row: the sweep exits 1, naming the op
-    from compare.invariance import main
+    from compare.invariance.command import main
     from triton_kernels import row_reductions
 
     honest = row_reductions.row_sum
@@ -126,7 +126,7 @@ def test_the_sweep_fails_on_a_batch_variant_row_kernel_and_names_it(monkeypatch,
 def test_the_sweep_catches_a_batch_variant_jax_row_kernel(monkeypatch, capsys):
     # the same for the JAX transformation: a planted Pallas row sum whose last bit moves with the number of rows
     pytest.importorskip("jax")
-    from compare.invariance import main
+    from compare.invariance.command import main
     from pallas_kernels import row_reductions
 
     honest = row_reductions.row_sum

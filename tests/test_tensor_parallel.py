@@ -14,8 +14,8 @@ from batch_invariant import TENSOR_PARALLEL_PARTS, NotCovered, row_parallel_piec
 from batch_invariant.torch_tensor_parallel import column_parallel, row_parallel, shard
 
 from compare.across_devices import on_ranks
-from compare.invariance_tensor_parallel import CPU_SIZES, mlp_rows, torch_mlp, torch_shards
-from compare.invariance_tensor_parallel import mlp_weights as tensor_parallel_weights
+from compare.invariance.tensor_parallel import CPU_SIZES, mlp_rows, torch_mlp, torch_shards
+from compare.invariance.tensor_parallel import mlp_weights as tensor_parallel_weights
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.float16  # the interpreter misreads bfloat16 (batch_invariant.kernels._check)
@@ -23,7 +23,7 @@ WIDTH = CPU_SIZES[0]
 
 
 def mlp_weights(device=DEVICE):
-    """The Megatron MLP's weights of `compare.invariance_tensor_parallel`, in float16, the same on every rank."""
+    """The Megatron MLP's weights of `compare.invariance.tensor_parallel`, in float16, the same on every rank."""
     return tensor_parallel_weights(CPU_SIZES, False, device)
 
 
@@ -96,7 +96,7 @@ def test_what_a_tensor_parallel_linear_cannot_take_is_named():
 
 
 def jax_mlp(x, weights, ranks):
-    """The same MLP in JAX (`compare.invariance_tensor_parallel.jax_mlp`) over `ranks` of the CPU's devices, its
+    """The same MLP in JAX (`compare.invariance.tensor_parallel.jax_mlp`) over `ranks` of the CPU's devices, its
     output in float32; and its up projection alone, column-parallel and gathered."""
     import jax
     import numpy as np
@@ -104,7 +104,7 @@ def jax_mlp(x, weights, ranks):
 
     from batch_invariant.jax_mode import batch_invariant
     from batch_invariant.jax_tensor_parallel import column_parallel, shard
-    from compare.invariance_tensor_parallel import jax_mlp as jax_tensor_parallel_mlp
+    from compare.invariance.tensor_parallel import jax_mlp as jax_tensor_parallel_mlp
 
     def up(x, up_w, up_b):
         return column_parallel(x, *shard(up_w, up_b, "column", "model"), "model")
@@ -300,7 +300,7 @@ def test_the_invariance_command_checks_the_tensor_parallel_mlp_across_devices(tm
 
 def test_the_tensor_parallel_check_fails_a_linear_whose_rows_depend_on_the_batch(monkeypatch):
     # one process, one device: a planted MLP whose output moves by an ulp with the batch size
-    from compare import invariance_tensor_parallel as tensor_parallel
+    from compare.invariance import tensor_parallel
 
     honest = tensor_parallel.torch_mlp
 
@@ -314,7 +314,7 @@ def test_the_tensor_parallel_check_fails_a_linear_whose_rows_depend_on_the_batch
 
 
 def test_the_invariance_command_names_a_device_count_it_cannot_split_over(capsys):
-    from compare.invariance import main
+    from compare.invariance.command import main
 
     assert main(["--gpus", "3"]) == 2
     assert "1, 2, 4 or 8 devices" in capsys.readouterr().err

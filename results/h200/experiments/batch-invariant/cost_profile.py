@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from compare.invariance import Decoder, TorchRunner
+from compare.invariance.decoder import Decoder, TorchRunner
 
 MODEL = Decoder(vocab=32768, dim=1024, heads=8, hidden=4096, layers=2, length=128)
 PASSES = 5

@@ -20,7 +20,7 @@ import tempfile
 import jax
 import numpy as np
 
-from compare.invariance import Decoder, JaxRunner
+from compare.invariance.decoder import Decoder, JaxRunner
 
 RECORD_MODEL = dict(vocab=32768, dim=1024, heads=8, hidden=4096, layers=2, length=128)
 SMALL_MODEL = dict(vocab=64, dim=32, heads=4, hidden=64, layers=2, length=8)

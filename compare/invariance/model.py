@@ -11,8 +11,8 @@ longest, as a server batches them.
 - generate: greedy `generate()` with its KV cache, each batch of the first B prompts against each prompt alone: how
   many sequences' new tokens, and how many sequences' logits, differ by a bit, with the torch mode
   (`batch_invariant.torch_mode`) on and off.
-- twin: the JAX twin (`compare.llama_jax`) with the model's weights, both modes on, against the model's logits on
-  the left-padded batch of the first `--twin` prompts: how many logits differ by a bit.
+- twin: the JAX twin (`compare.invariance.llama_jax`) with the model's weights, both modes on, against the model's
+  logits on the left-padded batch of the first `--twin` prompts: how many logits differ by a bit.
 - cost (`--cost`, a GPU only): a decode step after `--context` cached tokens, and a prefill of B x `--context`
   tokens, each captured into a CUDA graph and replayed (the median of `--repeats` replays, CUDA events), the torch
   mode off and on; and the same step called eagerly (host time, waited for). In JAX, the twin's prefill under jit,
@@ -119,7 +119,7 @@ def twin_comparison(model, batch: list[list[int]]) -> dict:
     import jax.numpy as jnp
     import torch
 
-    from compare.llama_jax import logits_function, weights_of
+    from compare.invariance.llama_jax import logits_function, weights_of
 
     tokens, mask, positions = left_padded(batch)
     with _mode(True), torch.no_grad():
@@ -232,7 +232,7 @@ def torch_costs(model, batches: list[int], context: int, repeats: int, seed: int
 def jax_costs(model, batches: list[int], context: int, repeats: int, seed: int = 0, progress=print) -> dict:
     """{B: {"prefill_ms": {"off", "on"}}}: the twin's logits of the last token of B x `context` tokens under jit,
     the median host time of a call (waited for), the JAX mode off and on."""
-    from compare.llama_jax import logits_function, weights_of
+    from compare.invariance.llama_jax import logits_function, weights_of
     from compare.timing import median_after_warm_up
 
     weights = weights_of(model)

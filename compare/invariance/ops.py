@@ -96,7 +96,7 @@ def jax_ops(dtype, arrays: dict) -> dict:
 
 def _verdict(run, batches: list[int]) -> str:
     """Run `run(b)` (the first sequence's result, as a NumPy array, in a batch of b) alone and at each batch size."""
-    from compare.invariance_sweep import verdict
+    from compare.invariance.sweep import verdict
 
     return verdict(lambda batch: run(max(batch, 1))[None], batches, last=False)
 
