@@ -213,6 +213,19 @@ def test_a_torch_port_refuses_overflow_on_the_device_without_waiting_for_it(port
     assert "overflows its float16 intermediates" in output and "device-side assert" in output, output
 
 
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+def test_the_torch_ports_replay_from_a_cuda_graph_on_fresh_inputs(tmp_path):
+    # a call that reads nothing back can be captured: the driver's graph clock captures each torch port once, then
+    # replays it on fresh inputs copied into the graph's buffers, and checks every output
+    from compare.driver import Settings, run
+
+    settings = Settings(pool=2, min_iters=3, max_iters=3, min_seconds=0.0, timed=True, timer="graph")
+    record = run(spec.WORKLOAD, ["triton", "gluon"], ["test:0", "test:1"], tmp_path / "graph.json", settings,
+                 progress=lambda message: None, check_properties=False)
+    verdicts = {(r["case"], r["impl"]): (r["status"], r.get("reason")) for r in record["results"]}
+    assert len(verdicts) == 4 and all(status == "pass" for status, _ in verdicts.values()), verdicts
+
+
 class _GarbageEmpty:
     """torch, but for empty(): its buffers come filled with NaN, or 7 where the dtype is an integer."""
 
