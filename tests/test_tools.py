@@ -96,6 +96,35 @@ def test_a_hunt_stops_where_the_cuda_context_is_lost(tmp_path, capsys, monkeypat
     assert results["triton"]["inputs"] == 0 and all("seed 1" in entry["stopped"] for entry in results.values())
 
 
+def test_the_ledger_adds_up_hunts_over_disjoint_seeds_with_the_code_as_it_stands(tmp_path, capsys):
+    # two hunts of disjoint ranges add up; one whose range meets another's is refused; one of other code (a record's
+    # digest that is not the tree's) is left out, said why
+    from compare.tools.hunt import main as hunt_main
+    from compare.tools.hunt_ledger import main as ledger_main
+
+    first, second, overlapping = (tmp_path / f"{name}.json" for name in ("first", "second", "overlapping"))
+    for path, seed in ((first, "10"), (second, "12"), (overlapping, "11")):
+        assert hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton", "--first-seed", seed, "--seconds",
+                          "0.001", "--json", str(path)]) == 0
+    record = json.loads(first.read_text())
+    assert record["results"]["triton"]["last_seed"] == 10 and record["provenance"]["sources"]["triton"]["sha256"]
+    capsys.readouterr()
+    assert ledger_main([str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].split() == ["triton", "2", "2", "0", "2", "/", "0"] and "--first-seed 13" in out
+    assert ledger_main([str(first), str(overlapping), str(second)]) == 0  # 10, 11, 12: disjoint
+    overlapping_record = json.loads(overlapping.read_text())
+    overlapping_record["first_seed"] = 9
+    overlapping.write_text(json.dumps(overlapping_record))
+    assert ledger_main([str(first), str(overlapping)]) == 2
+    assert "both checked" in capsys.readouterr().err
+    record["provenance"]["sources"]["triton"]["sha256"] = "0" * 64
+    first.write_text(json.dumps(record))
+    assert ledger_main([str(first), str(second)]) == 0
+    assert "left out: " in capsys.readouterr().out
+    assert ledger_main([str(tmp_path / "missing.json")]) == 2
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")
 def test_a_variant_compiles_for_hopper(compile_for_hopper, trimul_variant):
     counted = trimul_variant("counted")

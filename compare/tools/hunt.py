@@ -14,7 +14,9 @@ output's own figures), the float64 reference is computed only for the outputs it
 printed when it is found, and the end says how to check those inputs again (--seeds). A progress line every 30 s;
 the tally counts inputs and their items (eigh: matrices). A kernel's fault that leaves the CUDA context unusable
 stops the hunt at that input, said so in the tally (every later call would fail with it): the failures before it
-stand. Exit status 1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
+stand. The record names the code that ran (each implementation's source digest) and the last seed drawn, so that
+hunts over disjoint --first-seed ranges add up across sessions (`python -m compare.tools.hunt_ledger`). Exit status
+1 if any implementation failed to load, or failed or raised on any input; 2 for a bad argument.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import sys
 import time
 
 from compare.driver import context_lost
-from compare.records import device_info, error_text, versions
+from compare.records import device_info, error_text, provenance, versions
 from ports import to_framework, to_torch
 
 PROGRESS_SECONDS = 30
@@ -52,13 +54,14 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
     """Each implementation on the input of each seed in turn, each of `cases` ([(name, case)]) for each seed, until
     `seconds` have passed (the first input always runs, and every seed of a finite `seeds`): {name: {"inputs",
     "items" (the inputs' batch entries), "settled_by_bound" (outputs judged without the reference), "failures":
-    [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error", "stopped"}}. An
+    [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error", "stopped",
+    "last_seed" (the last seed it drew an input from)}}. An
     implementation that fails to load is recorded (load_error) and left out. Where an error leaves the CUDA context
     unusable, the hunt stops after that input, its reason in every entry's "stopped" (None otherwise).
     save(tally), if given, runs after an input with a failure, with each progress line and at the end, also when the
     hunt is interrupted or stopped, so a hunt cut short keeps what it found."""
     tally = {impl.name: {"inputs": 0, "items": 0, "settled_by_bound": 0, "failures": [], "worst": {},
-                         "load_error": None, "stopped": None} for impl in impls}
+                         "load_error": None, "stopped": None, "last_seed": None} for impl in impls}
     functions = {}
     for impl in impls:
         try:
@@ -74,6 +77,8 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
                 if count and time.perf_counter() - start >= seconds:
                     return tally
                 count += 1
+                for name in functions:
+                    tally[name]["last_seed"] = seed
                 found = _check_input(workload, case_name, case, seed, device, functions, tally, report)
                 now = time.perf_counter()
                 progress = now - last_report >= PROGRESS_SECONDS
@@ -164,7 +169,7 @@ def main(argv=None) -> int:
     one = cases[0][1] if len(cases) == 1 else None
     header = {"workload": workload.name, "case": workload.case_name(one) if one else args.case,
               "cases": {name: workload.case_name(case) for name, case in cases}, "params": one, **device_info(),
-              "versions": versions(), "seconds": None if seeds else args.seconds,
+              "versions": versions(), "provenance": provenance(impls), "seconds": None if seeds else args.seconds,
               "first_seed": None if seeds else args.first_seed, "seeds": seeds}
 
     def save(tally):  # whole or not at all: written beside, then moved over
