@@ -7,12 +7,14 @@ one device's bits and pass the workload's float64 check. Both are timed (the hos
 finished on every device, median after a warm-up call): scaling is the time on one over the time on N. Without GPUs
 the devices are CPU processes and JAX's CPU devices, through the interpreters: the bits are checked, the times are no
 speed. A case whose padded N does not split into rows that fill the kernels' tiles is skipped, and said so, as is
-one a port refuses (x beyond its float16 intermediates' range: the torch ports' checked call passes host_check=True,
-so the refusal is an error to catch, not a device-side assertion that ends the process's CUDA context).
+one a port's range check refuses (x beyond its float16 intermediates' range) on one device and on N alike; a refusal
+on one side only fails. The torch ports' checked call passes host_check=True, so that a refusal is an error to
+catch, not a device-side assertion that ends the process's CUDA context.
 """
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import pathlib
@@ -31,6 +33,20 @@ def sharded_ports() -> dict:
     from ports import trimul as spec
 
     return {name: spec.WORKLOAD.implementation(name) for name in spec.SHARDED_BY_ROWS}
+
+
+def checked_call(function) -> dict:
+    """The keyword of a checked call: host_check=True where the port takes it (the torch TriMul ports), so that a
+    refusal is Float16RangeError to catch, not a device-side assertion that ends the process's CUDA context."""
+    return {"host_check": True} if "host_check" in inspect.signature(function).parameters else {}
+
+
+def _skipped(refusal: ValueError) -> dict:
+    """A case the port refused on N devices: the reason, and whether it is the range check's (Float16RangeError, which
+    one device must give too), not a split the rows cannot take."""
+    from kernel_support.trimul_common import Float16RangeError
+
+    return {"skipped": str(refusal), "range": isinstance(refusal, Float16RangeError)}
 
 
 def _device_count(impl, on_gpu: bool, devices: int) -> int:
@@ -96,9 +112,9 @@ def _rank_rows(group, device, name, cases, calls, on_gpu):
     for case in cases:
         data = spec.make_inputs(case, case["seed"], device)
         try:
-            rows = rows_of(data, group, host_check=True)
+            rows = rows_of(data, group, **checked_call(rows_of))
         except ValueError as refusal:  # every rank refuses alike
-            found.append({"skipped": str(refusal)})
+            found.append(_skipped(refusal))
             continue
         found.append({"rows": rows.cpu(), "seconds": median_seconds(lambda: rows_of(data, group), calls, group,
                                                                      on_gpu)})
@@ -137,7 +153,7 @@ def _jax_on(name, devices, cases, calls, on_gpu):
         try:
             output = sharded(data, mesh, "rows")
         except ValueError as refusal:
-            found.append({"skipped": str(refusal)})
+            found.append(_skipped(refusal))
             continue
         found.append({"output": torch.from_numpy(np.array(output)),  # gathered to the host
                       "seconds": median_seconds(lambda: sharded(data, mesh, "rows"), calls, None, on_gpu)})
@@ -147,6 +163,7 @@ def _jax_on(name, devices, cases, calls, on_gpu):
 def _one_device(impl, cases, calls, on_gpu):
     """Per case: the port's own function on one device, its output (kept on the CPU, leaving the GPU to the ranks)
     and median seconds; or the refusal."""
+    from kernel_support.trimul_common import Float16RangeError
     from ports import to_framework, to_torch
     from ports import trimul as spec
 
@@ -155,8 +172,8 @@ def _one_device(impl, cases, calls, on_gpu):
     for case in cases:
         framed = to_framework(impl.framework, spec.make_inputs(case, case["seed"], "cuda" if on_gpu else "cpu"))
         try:
-            output = to_torch(trimul(framed, **({"host_check": True} if impl.framework == "torch" else {}))).cpu()
-        except ValueError as refusal:
+            output = to_torch(trimul(framed, **checked_call(trimul))).cpu()
+        except Float16RangeError as refusal:
             found.append({"skipped": str(refusal)})
             continue
         found.append({"output": output, "seconds": median_seconds(lambda: trimul(framed), calls, None, on_gpu)})
@@ -184,8 +201,15 @@ def run(impls, cases, devices: int, calls: int, on_gpu: bool, json_path=None) ->
         spread = spread_over(impl, devices, [case for _, case in cases], calls, on_gpu)
         for (case_set, case), one, many in zip(cases, alone, spread):
             row = {"case_set": case_set, "case": spec.case_name(case), "impl": impl, "devices": devices}
-            if "skipped" in one or "skipped" in many:
-                row["skipped"] = one.get("skipped") or many["skipped"]
+            alone_refused = "skipped" in one  # the range check's refusal: one device runs any split
+            if (alone_refused and "skipped" not in many) or (not alone_refused and many.get("range")):
+                where = "one device" if alone_refused else f"{devices} devices"
+                refusal = (one if alone_refused else many)["skipped"]
+                row["failed"] = f"the range check refused it on {where} only: {refusal}"
+                failed = True
+                print(f"{row['case']:36} {impl:7} FAILED: {row['failed']}")
+            elif "skipped" in many:
+                row["skipped"] = many["skipped"]
                 print(f"{row['case']:36} {impl:7} skipped: {row['skipped']}")
             else:
                 row["one_device_ms"] = one["seconds"] * 1e3

@@ -274,6 +274,18 @@ def test_the_driver_across_devices_skips_a_case_the_port_refuses(monkeypatch, ca
     captured = capsys.readouterr()
     assert "skipped: " in captured.out and "overflows its float16 intermediates" in captured.out
     assert "no case ran on 1 devices: nothing was compared" in captured.err
+    # the range check must refuse an input on N devices where it does on one: a port that refuses alone fails
+    import pallas_kernels.trimul as pallas_trimul
+    from kernel_support.trimul_common import Float16RangeError
+
+    monkeypatch.setattr(spec, "make_inputs", honest)
+
+    def refusing(data):
+        raise Float16RangeError("planted refusal")
+
+    monkeypatch.setattr(pallas_trimul, "trimul", refusing)
+    assert across_devices.run(["pallas"], [("smoke", spec.SMOKE_CASES[0])], 1, 1, DEVICE == "cuda") == 1
+    assert "FAILED: the range check refused it on one device only: planted refusal" in capsys.readouterr().out
 
 
 def test_the_driver_across_devices_names_what_it_cannot_run(capsys):

@@ -107,7 +107,7 @@ def test_the_ledger_adds_up_hunts_over_disjoint_seeds_with_the_code_as_it_stands
         assert hunt_main(["trimul", "--case", "smoke:0", "--impl", "triton", "--first-seed", seed, "--seconds",
                           "0.001", "--json", str(path)]) == 0
     record = json.loads(first.read_text())
-    assert record["results"]["triton"]["last_seed"] == 10 and record["provenance"]["sources"]["triton"]["sha256"]
+    assert record["results"]["triton"]["last_seed"] == 10 and len(record["code"]["triton"]) == 64
     capsys.readouterr()
     assert ledger_main([str(first), str(second)]) == 0
     out = capsys.readouterr().out
@@ -118,11 +118,14 @@ def test_the_ledger_adds_up_hunts_over_disjoint_seeds_with_the_code_as_it_stands
     overlapping.write_text(json.dumps(overlapping_record))
     assert ledger_main([str(first), str(overlapping)]) == 2
     assert "both checked" in capsys.readouterr().err
-    record["provenance"]["sources"]["triton"]["sha256"] = "0" * 64
+    record["code"]["triton"] = "0" * 64
     first.write_text(json.dumps(record))
     assert ledger_main([str(first), str(second)]) == 0
-    assert "left out: " in capsys.readouterr().out
-    assert ledger_main([str(tmp_path / "missing.json")]) == 2
+    assert f"left out: {first}: other code" in capsys.readouterr().out
+    driver_record = tmp_path / "driver.json"
+    driver_record.write_text(json.dumps({"workload": "trimul", "results": [{"impl": "triton"}]}))
+    assert ledger_main([str(tmp_path / "missing.json")]) == ledger_main([str(driver_record)]) == 2
+    assert "not a hunt record" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the other tests compile the kernels for it")

@@ -20,22 +20,39 @@ hunts over disjoint --first-seed ranges add up across sessions (`python -m compa
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import itertools
 import json
 import math
 import os
 import sys
 import time
+from pathlib import Path
 
 from compare.driver import context_lost
-from compare.records import device_info, error_text, provenance, versions
-from ports import to_framework, to_torch
+from compare.records import PROJECT_ROOT, device_info, error_text, provenance, source_digest, versions
+from ports import WORKLOAD_MODULES, to_framework, to_torch
 
 PROGRESS_SECONDS = 30
 
 
 class ContextLost(RuntimeError):
     """An implementation's error left the CUDA context unusable: the message names the input and the error."""
+
+
+def code_digests(workload, impls) -> dict[str, str | None]:
+    """Per implementation, a SHA-256 of the code its hunt's verdicts rest on: the port's source (its file or package),
+    the workload's module (how a seed makes an input, and the check) and kernel_support (what the ports share: tunables,
+    launches); None where the port's source is not found (a hunt of it counts toward no ledger)."""
+    shared = [source_digest(Path(importlib.util.find_spec(WORKLOAD_MODULES[workload.name]).origin)),
+              source_digest(Path(PROJECT_ROOT) / "kernel_support")]
+    digests = {}
+    for impl in impls:
+        path = impl.source_path()
+        digests[impl.name] = (hashlib.sha256("\0".join([source_digest(Path(path)), *shared]).encode()).hexdigest()
+                              if path and os.path.exists(path) else None)
+    return digests
 
 
 def seed_order(case: dict | None, first_seed: int | None, seeds: list[int] | None):
@@ -55,7 +72,7 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
     `seconds` have passed (the first input always runs, and every seed of a finite `seeds`): {name: {"inputs",
     "items" (the inputs' batch entries), "settled_by_bound" (outputs judged without the reference), "failures":
     [{"seed", "case", "reason"}], "worst": {figure: largest value the check gave}, "load_error", "stopped",
-    "last_seed" (the last seed it drew an input from)}}. An
+    "last_seed" (the seed of the last input it was checked on)}}. An
     implementation that fails to load is recorded (load_error) and left out. Where an error leaves the CUDA context
     unusable, the hunt stops after that input, its reason in every entry's "stopped" (None otherwise).
     save(tally), if given, runs after an input with a failure, with each progress line and at the end, also when the
@@ -77,8 +94,6 @@ def hunt(workload, cases, impls, seeds, seconds: float, device: str, report=prin
                 if count and time.perf_counter() - start >= seconds:
                     return tally
                 count += 1
-                for name in functions:
-                    tally[name]["last_seed"] = seed
                 found = _check_input(workload, case_name, case, seed, device, functions, tally, report)
                 now = time.perf_counter()
                 progress = now - last_report >= PROGRESS_SECONDS
@@ -107,8 +122,6 @@ def _check_input(workload, case_name, case, seed, device, functions, tally, repo
     found = False
     for name, (impl, function) in functions.items():
         entry = tally[name]
-        entry["inputs"] += 1
-        entry["items"] += case.get("batch", 1)
         lost = None
         try:
             output = to_torch(function(to_framework(impl.framework, inputs)))
@@ -124,6 +137,9 @@ def _check_input(workload, case_name, case, seed, device, functions, tally, repo
             reason = "" if verdict.passed else verdict.reason
         except Exception as error:  # noqa: BLE001 - recorded; the hunt goes on unless the context is lost
             reason, lost = error_text(error), context_lost(device)
+        entry["inputs"] += 1
+        entry["items"] += case.get("batch", 1)
+        entry["last_seed"] = seed
         if reason:
             entry["failures"].append({"seed": seed, "case": case_name, "reason": reason})
             report(f"seed {seed}, {case_name}: {name} failed: {reason}")
@@ -169,7 +185,8 @@ def main(argv=None) -> int:
     one = cases[0][1] if len(cases) == 1 else None
     header = {"workload": workload.name, "case": workload.case_name(one) if one else args.case,
               "cases": {name: workload.case_name(case) for name, case in cases}, "params": one, **device_info(),
-              "versions": versions(), "provenance": provenance(impls), "seconds": None if seeds else args.seconds,
+              "versions": versions(), "provenance": provenance(impls), "code": code_digests(workload, impls),
+              "seconds": None if seeds else args.seconds,
               "first_seed": None if seeds else args.first_seed, "seeds": seeds}
 
     def save(tally):  # whole or not at all: written beside, then moved over

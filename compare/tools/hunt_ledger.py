@@ -5,13 +5,14 @@ its code as it stands, added up over hunt records whose seeds do not meet.
 
 A goal such as "10^6 fresh matrices a port with no failure" takes more device time than one session has, so it is
 reached in hunts over disjoint seed ranges (`python -m compare.tools.hunt WORKLOAD --case ... --first-seed S --json
-FILE`; each record covers seeds S to its last seed on its cases). An implementation's hunt counts where its source
-(the file or package of the port, by SHA-256: `compare.records.provenance`) is the working tree's; the rest are
-listed as left out, with why: other code, no provenance (a record older than the ledger), no --first-seed (its seeds
-begin at the cases' own, which the driver's runs use). Two counted records whose seed ranges meet on a case would
-count an input twice: that is refused, naming both. The end says the --first-seed that the next hunt takes. Exit
-status 1 where a counted record holds a failure, 2 for a bad argument (a record unreadable or of another workload,
-or counted seed ranges that meet).
+FILE`; each record covers seeds S to its last seed on its cases). An implementation's hunt counts where the code its
+verdicts rest on is the working tree's (by SHA-256: the port's source, the workload's module and kernel_support,
+`compare.tools.hunt.code_digests`); the rest are listed as left out, with why: other code, no code digest (a record
+older than the ledger), a re-check of chosen seeds (--seeds), no --first-seed (its seeds begin at the cases' own,
+which the driver's runs use). Two counted records whose seed ranges meet on a case would count an input twice: that
+is refused, naming both. The end says the --first-seed that the next hunt takes. Exit status 1 where a counted
+record holds a failure, 2 for a bad argument (a record unreadable, not a hunt's or of another workload, or counted
+seed ranges that meet).
 """
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ import json
 import sys
 
 from compare import help_text
-from compare.records import provenance
+from compare.tools.hunt import code_digests
 from ports import get_workload
+
+ENTRY_KEYS = ("inputs", "failures")  # what every hunt record's entry for a port holds (and, in one the ledger counts,
+COUNTED_KEYS = ("items", "last_seed")  # these; the record its "cases", "code" and "first_seed")
 
 
 def _load(paths: list[str]) -> list[tuple[str, dict]]:
@@ -34,26 +38,35 @@ def _load(paths: list[str]) -> list[tuple[str, dict]]:
                 record = json.load(handle)
         except (OSError, ValueError) as error:
             raise ValueError(f"{path}: not a readable hunt record ({error})") from error
-        if not isinstance(record, dict) or "results" not in record or "workload" not in record:
-            raise ValueError(f"{path}: not a hunt record (no workload or results)")
+        results = record.get("results") if isinstance(record, dict) else None
+        whole = isinstance(results, dict) and all(isinstance(entry, dict) and all(key in entry for key in ENTRY_KEYS)
+                                                  for entry in results.values())
+        if not whole:
+            raise ValueError(f"{path}: not a hunt record (compare.tools.hunt --json writes one)")
         records.append((path, record))
-    workloads = {record["workload"] for _, record in records}
+    workloads = {record.get("workload") for _, record in records}
     if len(workloads) > 1:
-        raise ValueError(f"records of several workloads: {', '.join(sorted(workloads))}; give one workload's")
+        raise ValueError(f"records of several workloads: {', '.join(sorted(map(str, workloads)))}; give one's")
     return records
 
 
 def _left_out(record: dict, name: str, entry: dict, digest: str | None) -> str | None:
     """Why a record's hunt of implementation `name` does not count toward the ledger, or None where it does."""
-    sources = (record.get("provenance") or {}).get("sources") or {}
+    code = record.get("code")
     if entry.get("load_error"):
         return "it failed to load"
-    if entry.get("last_seed") is None or name not in sources:
-        return "no provenance (a record older than the ledger)"
+    if code is None:
+        return "no code digest (a record older than the ledger)"
+    if record.get("seeds"):
+        return "a re-check of chosen seeds (--seeds)"
     if record.get("first_seed") is None:
         return "no --first-seed (its seeds begin at the cases' own)"
-    if sources[name]["sha256"] != digest:
-        return f"other code (commit {record['provenance'].get('commit')})"
+    if entry.get("last_seed") is None:
+        return "no input checked"
+    if digest is None:
+        return "not a registered implementation (a variant), or its source is not found"
+    if code.get(name) != digest:
+        return f"other code (commit {(record.get('provenance') or {}).get('commit')})"
     return None
 
 
@@ -69,6 +82,8 @@ def ledger(records: list[tuple[str, dict]], digests: dict[str, str | None]) -> d
             if why:
                 row["left_out"].append((path, why))
                 continue
+            if any(key not in entry for key in COUNTED_KEYS) or not isinstance(record.get("cases"), dict):
+                raise ValueError(f"{path}: not a whole hunt record (the cases, or {name}'s items, missing)")
             row["inputs"] += entry["inputs"]
             row["items"] += entry["items"]
             row["failures"].extend((path, failure) for failure in entry["failures"])
@@ -90,12 +105,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         records = _load(args.records)
-        workload = get_workload(records[0][1]["workload"])
-        names = sorted({name for _, record in records for name in record["results"]})
-        implementations = {impl.name: impl for impl in workload.implementations}
-        digests = {name: entry["sha256"] for name, entry in
-                   provenance([implementations[name] for name in names if name in implementations])["sources"].items()}
-        found = ledger(records, digests)
+        try:
+            workload = get_workload(records[0][1]["workload"])
+        except KeyError as error:
+            raise ValueError(f"{records[0][0]}: unknown workload {records[0][1]['workload']!r}") from error
+        found = ledger(records, code_digests(workload, workload.implementations))
     except ValueError as error:
         print(f"bad argument: {error}", file=sys.stderr)
         return 2
@@ -109,7 +123,9 @@ def main(argv=None) -> int:
         for path, why in row["left_out"]:
             print(f"    left out: {path}: {why}")
     last = max((range_[3] for row in found.values() for range_ in row["ranges"]), default=None)
-    if last is not None:
+    if last is None:
+        print("no record counted: nothing is proven with the code as it stands")
+    else:
         print(f"the next hunt: --first-seed {last + 1}")
     return 1 if any(row["failures"] for row in found.values()) else 0
 
