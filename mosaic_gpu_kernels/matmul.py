@@ -45,6 +45,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
+from kernel_support.jax_backend import check_platform, interpreted
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
 from kernel_support.matmul_common import PROGRAMS_WANTED, SMALL_M
@@ -241,6 +242,7 @@ def matmul(data):
     Runs the compiled kernel on a GPU and Mosaic GPU's interpreter elsewhere.
     """
     validate(data, "jax")
+    check_platform("a", data[0])
     return _product(*data)
 
 
@@ -248,6 +250,7 @@ def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: 
     """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
     is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
     validate_batch(a, b, out, a_transposed, b_transposed, framework="jax")
+    check_platform("a", a)
     return _product(a, b, out, a_transposed, b_transposed)
 
 
@@ -258,7 +261,7 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
     batch = a.shape[:-2]
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
     tiles = mosaic_tiling(m, n, out)
-    interpret = jax.default_backend() != "gpu"
+    interpret = interpreted()
     pm, pn, pk = padded_shape(m, n, k, out, tiles, a_transposed=a_transposed)
     if (pm, pk) != (m, k):
         a = zero_padded(a, shape=(*batch, *((pk, pm) if a_transposed else (pm, pk))))

@@ -32,6 +32,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from mosaic_gpu_kernels.common import interpret_params, swizzle, swizzled_layout
 from mosaic_gpu_kernels.matmul import MosaicTiling, one_warpgroup_tile, warp_specialised_tile
+from kernel_support.jax_backend import check_platform, interpreted
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from kernel_support.trimul_common import (check_kernel_sizes, largest_power_of_two_dividing, padded_length,
@@ -290,6 +291,7 @@ def trimul(data):
     input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data, "jax")
+    check_platform("x", data[0])
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     seq = padded_length(length, SEQUENCE_MULTIPLE)
@@ -299,6 +301,6 @@ def trimul(data):
                          f"{MAX_DIM}, got {dim}")
     if seq != length:  # zeros, with mask 0: see padded_length
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
-    out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=interpreted())
     refuse_non_finite(column_sum, "mosaic_gpu")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kernel_support.jax_backend import check_platform, interpreted
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.matmul import validate, validate_batch
 from kernel_support.matmul_common import matmul_tiling
@@ -89,6 +90,7 @@ def matmul(data):
     Runs the compiled kernel on a GPU and Pallas interpret mode elsewhere.
     """
     validate(data, "jax")
+    check_platform("a", data[0])
     return _product(*data)
 
 
@@ -96,6 +98,7 @@ def batched_matmul(a, b, out: str, *, a_transposed: bool = False, b_transposed: 
     """C[i] = a[i] @ b[i] for a [B, M, K], b [B, K, N] (a_transposed: a[i] is A[i]^T, [B, K, M]; b_transposed: b[i]
     is B[i]^T, [B, N, K]), each product's bits those of the product alone."""
     validate_batch(a, b, out, a_transposed, b_transposed, framework="jax")
+    check_platform("a", a)
     return _product(a, b, out, a_transposed, b_transposed)
 
 
@@ -104,7 +107,7 @@ def _product(a, b, out: str, a_transposed: bool = False, b_transposed: bool = Fa
     """One product or a batch of them (a leading dimension): M padded to a whole tile, the kernel, and the result cut
     back, in one compiled call."""
     (m, k), n = a.shape[:-3:-1] if a_transposed else a.shape[-2:], b.shape[-2 if b_transposed else -1]
-    on_gpu = jax.default_backend() == "gpu"  # a batch's programs count there (as in the Triton port), not interpreted
+    on_gpu = not interpreted()  # a batch's programs count there (as in the Triton port), not interpreted
     tiles = matmul_tiling(m, n, a.shape[0] if a.ndim == 3 and on_gpu else 1)
     padded_m = pl.cdiv(m, tiles.tile_m) * tiles.tile_m
     static = dict(tiles=tiles, out=out, interpret=not on_gpu, a_transposed=a_transposed,

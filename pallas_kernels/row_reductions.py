@@ -19,6 +19,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kernel_support.jax_backend import interpreted
+
 CHUNK = 1024  # elements of a row a step, as the Triton kernels' CHUNK
 
 
@@ -62,4 +64,4 @@ def row_sum(x):
     rows = x.size // x.shape[-1] if x.shape[-1] else 0
     if rows == 0 or x.shape[-1] == 0:
         return jnp.zeros(x.shape[:-1], x.dtype)
-    return _row_sum(x.reshape(rows, x.shape[-1]), interpret=jax.default_backend() != "gpu").reshape(x.shape[:-1])
+    return _row_sum(x.reshape(rows, x.shape[-1]), interpret=interpreted()).reshape(x.shape[:-1])

@@ -25,6 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 from jax.sharding import NamedSharding, PartitionSpec
 
+from kernel_support.jax_backend import check_platform, interpreted
 from kernel_support.jax_padding import cut_to, zero_padded
 from ports.trimul import LAYER_NORM_EPS, PROJECTIONS, validate
 from kernel_support.trimul_common import kernel_tiling, padded_length, refuse_non_finite, shard_rows
@@ -222,12 +223,13 @@ def trimul(data):
     input overflows the float16 intermediates (`refuse_non_finite`).
     """
     validate(data, "jax")
+    check_platform("x", data[0])
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     seq = padded_length(length)
     if seq != length:  # zeros, with mask 0: see padded_length
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
-    out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=jax.default_backend() != "gpu")
+    out, column_sum = _trimul(x, mask, weights, hidden=config["hidden_dim"], interpret=interpreted())
     refuse_non_finite(column_sum, "pallas")
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))
 
@@ -255,6 +257,7 @@ def trimul_sharded(data, mesh, axis_name: str):
     `padded_length`) does not split into rows whose pairs fill the kernels' tiles; Float16RangeError as `trimul`
     (the column sums added across the devices)."""
     validate(data, "jax")
+    check_platform("x", data[0])
     x, mask, weights, config = data
     batch, length, _, dim = x.shape
     hidden = config["hidden_dim"]
@@ -264,7 +267,7 @@ def trimul_sharded(data, mesh, axis_name: str):
         x, mask = zero_padded(x, shape=(batch, seq, seq, dim)), zero_padded(mask, shape=(batch, seq, seq))
     rows, whole = NamedSharding(mesh, PartitionSpec(None, axis_name)), NamedSharding(mesh, PartitionSpec())
     x, mask, weights = jax.device_put((x, mask, weights), (rows, rows, whole))  # no copy where already so
-    out, column_sum = _trimul_sharded(x, mask, weights, hidden=hidden, interpret=jax.default_backend() != "gpu",
+    out, column_sum = _trimul_sharded(x, mask, weights, hidden=hidden, interpret=interpreted(),
                                       mesh=mesh, axis_name=axis_name)
     refuse_non_finite(column_sum.addressable_data(0), "pallas")  # every device holds the sum: the first's copy
     return out if seq == length else cut_to(out, shape=(batch, length, length, dim))

@@ -353,6 +353,27 @@ def test_the_other_frameworks_arrays_are_a_type_error_that_names_the_way_across(
     assert tried >= 4
 
 
+@pytest.mark.parametrize("workload_name", list(ports.WORKLOAD_MODULES))
+def test_a_jax_kernel_port_names_an_input_on_another_platform_than_its_kernels(workload_name, monkeypatch):
+    # on a GPU machine an array put on the CPU would fail deep in Pallas's lowering: the port names it first (on a
+    # CPU machine the GPU backend is stood in for)
+    jax = pytest.importorskip("jax")
+    workload = ports.get_workload(workload_name)
+    on_cpu = jax.devices("cpu")[0]
+    data = jax.tree.map(lambda value: jax.device_put(value, on_cpu) if isinstance(value, jax.Array) else value,
+                        ports.to_framework("jax", workload.make_inputs(workload.cases["smoke"][0], 1, "cpu")))
+    kernel_ports = [impl for impl in workload.implementations
+                    if impl.framework == "jax" and impl.ported and not impl.needs.missing()]
+    functions = [impl.load() for impl in kernel_ports]
+    if jax.default_backend() == "cpu":
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for function in functions:
+        with pytest.raises(ValueError, match=r"lives on .* \(cpu\), but this port's kernels run on JAX's default "
+                                             r"backend, gpu"):
+            function(data)
+    assert len(functions) >= (1 if workload_name == "eigh" else 2)
+
+
 def test_against_warns_when_a_library_baselines_time_moved_too():
     # on the H200, another host of the same GPU moved every host clock, torch_compile's (no code of ours) included
     from compare.regression import compare_runs, report

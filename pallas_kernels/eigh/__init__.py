@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from ports import to_torch
 from ports.eigh import check_shape, check_values
 from kernel_support.eigh_common import JACOBI, check_offsets
+from kernel_support.jax_backend import check_platform, interpreted
 from . import back_transform, bisection, divide_conquer, inverse_iteration, jacobi, tridiagonal
 
 # T's eigenpairs: "inverse_iteration" or "divide_conquer" (the candidate of issue 55, as in the Triton port; the
@@ -77,9 +78,10 @@ def eigh(a):
     checks are read after the last.
     """
     check_shape(a, "jax")
+    check_platform("A", a)
     if a.size == 0:
         return jnp.zeros_like(a), jnp.zeros(a.shape[:2], a.dtype)
-    interpret = jax.default_backend() != "gpu"
+    interpret = interpreted()
     if a.shape[1] > JACOBI.max_n and EIGENVECTORS == "divide_conquer":
         q, values, bounds = _divide_and_conquer(a, interpret=interpret)
     else:
